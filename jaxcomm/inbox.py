@@ -1,0 +1,231 @@
+"""Per-node message inboxes: the thesis' Algorithm 2 as array code.
+
+Each node owns a fixed-capacity FIFO ("email inbox", §2.2.2.3) of K messages.
+A message is one minibatch: the sample indices it was trained on (never the
+images: every node holds the same uint8 image table and messages point into
+it), a payload (one-hot true labels, logits or top-level features), the sender
+and the step it was sent. All N inboxes live in one :class:`InboxState`, a ring
+buffer per node, and are updated together:
+
+* :func:`pop` is a masked gather of each consuming node's oldest message.
+* :func:`push` delivers every broadcasting node's message to the receivers that
+  ``adj`` names. Rather than scattering N x N copies, every receiver slot
+  *gathers* the one incoming message that ends up there; arrivals at a receiver
+  are ordered by sender id, so the result is the same as delivering them one
+  by one in that order (tested against a deque reference).
+
+Counters per node add up: ``received = consumed + dropped + pending``.
+
+References:
+  Lacaille (2018), §2.2.2.3 and Algorithm 2.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+OVERFLOW_POLICIES = ("drop_oldest", "drop_newest")
+
+
+class Message(NamedTuple):
+    """One message per node (leading ``[N]`` axis when stacked).
+
+    Attributes:
+      indices: ``[N, B] int32`` sample indices into the shared image table.
+      payload: ``[N, B, D]`` targets for those samples (D = classes or features).
+      sender: ``[N] int32`` id of the node that sent it.
+      sent_step: ``[N] int32`` training step at which it was sent.
+    """
+
+    indices: jax.Array
+    payload: jax.Array
+    sender: jax.Array
+    sent_step: jax.Array
+
+
+class InboxCounters(NamedTuple):
+    """Message counts per node since the start, each ``[N] int32``.
+
+    Attributes:
+      sent: copies sent (one per receiver of each broadcast).
+      received: copies that arrived, kept or not.
+      consumed: messages popped and trained on.
+      dropped: messages lost to overflow (either policy).
+      fallbacks: consume draws that found the inbox empty and used local data.
+    """
+
+    sent: jax.Array
+    received: jax.Array
+    consumed: jax.Array
+    dropped: jax.Array
+    fallbacks: jax.Array
+
+
+class InboxState(NamedTuple):
+    """All N inboxes as ring buffers of capacity K.
+
+    Attributes:
+      messages: :class:`Message` with leaves ``[N, K, ...]``: slot ``k`` of
+        node ``n``'s inbox.
+      head: ``[N] int32`` slot of each inbox's oldest message.
+      count: ``[N] int32`` messages pending in each inbox.
+      counters: :class:`InboxCounters`.
+    """
+
+    messages: Message
+    head: jax.Array
+    count: jax.Array
+    counters: InboxCounters
+
+    @property
+    def capacity(self) -> int:
+        """K, the number of messages each inbox can hold."""
+        return self.messages.sender.shape[1]
+
+
+def validate(capacity: int, overflow: str) -> None:
+    """Raises ValueError for a capacity < 1 or an unknown overflow policy."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"inbox_capacity must be an integer >= 1, got {capacity!r}")
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"overflow must be one of {OVERFLOW_POLICIES}, got {overflow!r}")
+
+
+def init(
+    num_nodes: int,
+    capacity: int,
+    batch_size: int,
+    payload_dim: int,
+    payload_dtype: jnp.dtype = jnp.float32,
+) -> InboxState:
+    """Empty inboxes for N nodes, each holding up to ``capacity`` messages."""
+    validate(capacity, OVERFLOW_POLICIES[0])
+    n, k = num_nodes, capacity
+    zeros = lambda *shape, dtype=jnp.int32: jnp.zeros(shape, dtype)
+    messages = Message(
+        indices=zeros(n, k, batch_size),
+        payload=zeros(n, k, batch_size, payload_dim, dtype=payload_dtype),
+        sender=jnp.full((n, k), -1, jnp.int32),
+        sent_step=jnp.full((n, k), -1, jnp.int32),
+    )
+    counters = InboxCounters(*(zeros(n) for _ in InboxCounters._fields))
+    return InboxState(messages, zeros(n), zeros(n), counters)
+
+
+def pop(state: InboxState, want: jax.Array) -> tuple[InboxState, Message, jax.Array]:
+    """Each node that wants to consume takes its oldest message, if any.
+
+    Args:
+      state: the inboxes.
+      want: ``[N] bool``, the nodes' consume draws.
+
+    Returns:
+      ``(state, message, got)``: ``message`` has leaves ``[N, ...]`` (garbage
+      where ``got`` is False), ``got`` is ``[N] bool`` = want and non-empty.
+      Wanting from an empty inbox counts a fallback (the node trains on local
+      data instead, Algorithm 2 line 8 with an empty queue).
+    """
+    capacity = state.capacity
+    got = want & (state.count > 0)
+    rows = jnp.arange(want.shape[0])
+    message = jax.tree_util.tree_map(lambda leaf: leaf[rows, state.head], state.messages)
+    c = state.counters
+    counters = c._replace(
+        consumed=c.consumed + got,
+        fallbacks=c.fallbacks + (want & ~got),
+    )
+    state = state._replace(
+        head=jnp.where(got, (state.head + 1) % capacity, state.head),
+        count=state.count - got,
+        counters=counters,
+    )
+    return state, message, got
+
+
+def push(
+    state: InboxState,
+    outgoing: Message,
+    send: jax.Array,
+    adj: jax.Array,
+    *,
+    overflow: str = "drop_oldest",
+) -> InboxState:
+    """Delivers each sending node's message to all of its out-neighbours.
+
+    Arrivals at a receiver are appended in sender-id order. When they do not fit,
+    ``"drop_newest"`` keeps what is stored and discards the excess arrivals;
+    ``"drop_oldest"`` keeps the newest ``K`` of (stored + arrivals).
+
+    Args:
+      state: the inboxes.
+      outgoing: one message per node, leaves ``[N, ...]``.
+      send: ``[N] bool``, the nodes' broadcast draws.
+      adj: ``[N, N] bool``, ``adj[i, j]`` = node i sends to node j.
+      overflow: one of :data:`OVERFLOW_POLICIES`.
+
+    Returns:
+      The updated inboxes and counters.
+    """
+    if overflow not in OVERFLOW_POLICIES:
+        raise ValueError(f"overflow must be one of {OVERFLOW_POLICIES}, got {overflow!r}")
+    capacity = state.capacity
+    active = send[:, None] & adj  # [N_send, N_recv]
+    arrivals = active.sum(0, dtype=jnp.int32)  # [N_recv]
+    # Offset of each slot from the receiver's first free position, [N_recv, K].
+    offset = (jnp.arange(capacity)[None, :] - (state.head + state.count)[:, None]) % capacity
+    if overflow == "drop_newest":
+        kept = jnp.minimum(arrivals, capacity - state.count)
+        lands = offset < kept[:, None]
+        rank = offset  # arrival r lands at offset r
+        count = state.count + kept
+        head = state.head
+        dropped = arrivals - kept
+    else:
+        lands = offset < arrivals[:, None]
+        # The last arrival with rank = offset (mod K) survives the wrap-around.
+        rank = offset + capacity * ((arrivals[:, None] - 1 - offset) // capacity)
+        total = state.count + arrivals
+        count = jnp.minimum(total, capacity)
+        dropped = total - count
+        head = (state.head + dropped) % capacity
+    # The arrival of rank r at receiver j comes from the (r+1)-th active sender
+    # in column j: a search in that column's running count of senders.
+    senders_so_far = jnp.cumsum(active, axis=0, dtype=jnp.int32).T  # [N_recv, N_send]
+    source = jax.vmap(jnp.searchsorted)(senders_so_far, rank + 1)  # [N_recv, K]
+    source = jnp.minimum(source, send.shape[0] - 1)
+
+    def deliver(old, new):
+        mask = lands.reshape(lands.shape + (1,) * (old.ndim - 2))
+        return jnp.where(mask, new[source], old)
+
+    messages = jax.tree_util.tree_map(deliver, state.messages, outgoing)
+    c = state.counters
+    counters = c._replace(
+        sent=c.sent + active.sum(1, dtype=jnp.int32),
+        received=c.received + arrivals,
+        dropped=c.dropped + dropped,
+    )
+    return InboxState(messages, head, count, counters)
+
+
+def message_bytes(batch_size: int, payload_dim: int, content: str, *, index_bytes: int = 4) -> int:
+    """Bytes on the wire for one message, as a real network would send it.
+
+    Indices as int32, plus the payload: true labels as one uint8 class id per
+    sample (not the one-hot the simulator stores), logits and features as
+    float32. Sender id and step add 8 bytes of header.
+    """
+    payload = {
+        "none": 0,
+        "true_labels": batch_size,
+        "logits": batch_size * payload_dim * 4,
+        "features": batch_size * payload_dim * 4,
+    }
+    if content not in payload:
+        raise ValueError(f"content must be one of {tuple(payload)}, got {content!r}")
+    if content == "none":
+        return 0
+    return batch_size * index_bytes + payload[content] + 8

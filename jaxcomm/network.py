@@ -1,0 +1,440 @@
+"""A network of classifier nodes exchanging outputs: the engine of thesis ch. 2.
+
+One jitted :func:`Network.step` advances all N nodes by one training step of
+Algorithm 2:
+
+1. every node draws ``consume ~ Bernoulli(p_c)`` and ``broadcast ~ Bernoulli(p_b)``;
+2. consuming nodes pop their oldest inbox message (an empty inbox falls back to
+   a local minibatch and is counted), the others sample a local minibatch from
+   their own shard;
+3. every node takes one gradient step (per-node code lifted to N by
+   :func:`jaxcomm.population.lift`): cross-entropy on true labels for local
+   data; for consumed data, ``consumed_weight`` x the loss of the content
+   exchanged — cross-entropy against received true labels or soft labels
+   ``softmax(logits / tau)`` (eq. 2.2.1-2.2.2), or MSE to received top-level
+   features (eq. 2.2.3);
+4. broadcasting nodes push what they just trained on (indices + their payload)
+   to their out-neighbours' inboxes, consumed data included.
+
+Nodes only ever gather images of their own shard or of a message they popped.
+
+References:
+  Lacaille (2018), §2.2.2-2.2.3, Algorithm 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxcomm import decision, inbox, population, runner, topology
+from jaxcomm.data import ImageDataset, partition
+from jaxcomm.models import to_unit_float
+
+CONTENTS = ("none", "true_labels", "logits", "features")
+TOPOLOGIES = ("ring", "full", "random", "time_varying")
+PARTITIONS = ("iid", "dirichlet")
+
+
+def _require(ok: bool, field: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ValueError(f"{field} must be {allowed}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """A network of communicating classifier nodes; validated on construction.
+
+    Attributes:
+      num_nodes: N.
+      topology: one of :data:`TOPOLOGIES`; "random" is a fixed random graph with
+        ``num_neighbours`` out-neighbours per node, "time_varying" draws a new
+        one every ``redraw_every`` steps.
+      num_neighbours: p, out-neighbours per node (ignored by "full").
+      redraw_every: steps between graphs of the "time_varying" topology.
+      broadcast_prob: p_b, chance a node broadcasts each step.
+      consume_prob: p_c, chance a node trains on its inbox instead of local data.
+      content: what a message carries, one of :data:`CONTENTS`.
+      temperature: tau of the soft labels made from received logits.
+      consumed_weight: scale of the loss on consumed data.
+      inbox_capacity: K, messages an inbox holds.
+      overflow: one of :data:`jaxcomm.inbox.OVERFLOW_POLICIES`.
+      batch_size: B, samples per minibatch and per message.
+      learning_rate: Adam's step size (thesis: Adam defaults, 1e-3).
+      partition: one of :data:`PARTITIONS`; "iid" as the thesis.
+      dirichlet_alpha: concentration of the "dirichlet" label skew.
+      backend: how per-node code is lifted, one of :data:`population.BACKENDS`.
+      num_steps: training steps of :func:`train_network`.
+      eval_every: steps between evaluations (one jitted chunk).
+      seed: seeds the partition, the initialisation and every draw.
+    """
+
+    num_nodes: int = 10
+    topology: str = "ring"
+    num_neighbours: int = 2
+    redraw_every: int = 100
+    broadcast_prob: float = 0.5
+    consume_prob: float = 0.5
+    content: str = "true_labels"
+    temperature: float = 1.0
+    consumed_weight: float = 1.0
+    inbox_capacity: int = 16
+    overflow: str = "drop_oldest"
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    partition: str = "iid"
+    dirichlet_alpha: float = 0.5
+    backend: str = "vmap"
+    num_steps: int = 1000
+    eval_every: int = 100
+    seed: int = 0
+
+    def __post_init__(self):
+        _require(_is_int(self.num_nodes) and self.num_nodes >= 1, "num_nodes", "an integer >= 1", self.num_nodes)
+        _require(self.topology in TOPOLOGIES, "topology", f"one of {TOPOLOGIES}", self.topology)
+        if self.topology != "full":
+            _require(
+                _is_int(self.num_neighbours) and 0 <= self.num_neighbours <= self.num_nodes - 1,
+                "num_neighbours",
+                f"an integer in [0, num_nodes - 1] = [0, {self.num_nodes - 1}]",
+                self.num_neighbours,
+            )
+        _require(_is_int(self.redraw_every) and self.redraw_every >= 1, "redraw_every", "an integer >= 1",
+                 self.redraw_every)
+        for name in ("broadcast_prob", "consume_prob"):
+            value = getattr(self, name)
+            _require(_is_real(value) and 0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
+        _require(self.content in CONTENTS, "content", f"one of {CONTENTS}", self.content)
+        _require(_is_real(self.temperature) and self.temperature > 0, "temperature", "a number > 0", self.temperature)
+        _require(_is_real(self.consumed_weight) and self.consumed_weight >= 0, "consumed_weight", "a number >= 0",
+                 self.consumed_weight)
+        inbox.validate(self.inbox_capacity, self.overflow)
+        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
+        _require(_is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
+                 self.learning_rate)
+        _require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
+        _require(_is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
+                 self.dirichlet_alpha)
+        population.check_backend(self.backend)
+        _require(_is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
+        _require(_is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
+        _require(_is_int(self.seed), "seed", "an integer", self.seed)
+
+    def replace(self, **changes) -> "NetworkConfig":
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+class NetworkData(NamedTuple):
+    """The arrays a network step reads, on the device once.
+
+    Attributes:
+      images: ``[M, H, W, C] uint8``, the whole training split.
+      labels: ``[M] int32``.
+      shard_indices: ``[N, S] int32`` rows of node n's shard (padded).
+      shard_sizes: ``[N] int32`` real sizes; node n samples positions < size.
+    """
+
+    images: jax.Array
+    labels: jax.Array
+    shard_indices: jax.Array
+    shard_sizes: jax.Array
+
+
+class NetworkState(NamedTuple):
+    """Everything that changes during training.
+
+    Attributes:
+      nodes: stacked :class:`jaxcomm.population.NodeState`, leaves ``[N, ...]``.
+      inbox: :class:`jaxcomm.inbox.InboxState`, or None for content "none".
+      adj: ``[N, N] bool`` current graph, ``adj[i, j]`` = i sends to j.
+      step: ``[] int32`` steps taken.
+      key: PRNG key of the next step.
+      graph_key: PRNG key of the time-varying graph.
+    """
+
+    nodes: population.NodeState
+    inbox: inbox.InboxState | None
+    adj: jax.Array
+    step: jax.Array
+    key: jax.Array
+    graph_key: jax.Array
+
+
+class StepInfo(NamedTuple):
+    """What one network step did, per node.
+
+    Attributes:
+      loss: ``[N]`` the loss each node minimised.
+      consumed: ``[N] bool`` trained on a popped message.
+      broadcast: ``[N] bool`` pushed to its neighbours.
+      indices: ``[N, B] int32`` sample indices each node trained on.
+      source: ``[N] int32`` sender of the consumed message, -1 for local data.
+    """
+
+    loss: jax.Array
+    consumed: jax.Array
+    broadcast: jax.Array
+    indices: jax.Array
+    source: jax.Array
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean over the batch of ``-sum_j y_j log f(x)_j`` (eq. 2.2.2); targets ``[B, C]``."""
+    return -jnp.mean(jnp.sum(targets * jax.nn.log_softmax(logits), axis=-1))
+
+
+def feature_mse(features: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean over the batch of ``sum_k (h_k - h'_k)^2 / 2`` (eq. 2.2.3); ``[B, F]``."""
+    return jnp.mean(0.5 * jnp.sum(jnp.square(features - targets), axis=-1))
+
+
+def consumed_loss(content: str, logits, features, payload, temperature: float) -> jax.Array:
+    """The loss on consumed data for each kind of content (eqs. 2.2.1-2.2.3)."""
+    if content == "true_labels":
+        return cross_entropy(logits, payload)
+    if content == "logits":
+        return cross_entropy(logits, jax.nn.softmax(payload / temperature))
+    if content == "features":
+        return feature_mse(features, payload)
+    raise ValueError(f"content must be one of {CONTENTS[1:]} for a consumed loss, got {content!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """Pure functions of a network of classifier nodes; build with :func:`make_network`.
+
+    Attributes:
+      config: the validated configuration.
+      init: ``init(key) -> NetworkState``.
+      step: ``step(state, data) -> (state, StepInfo)``, pure; jit it.
+      predict: ``predict(nodes, images [M, H, W, C] uint8) -> probs [N, M, C]``.
+      payload_dim: D, the width of a message's payload.
+    """
+
+    config: NetworkConfig
+    init: Callable[[jax.Array], NetworkState]
+    step: Callable[[NetworkState, NetworkData], tuple[NetworkState, StepInfo]]
+    predict: Callable[[population.NodeState, jax.Array], jax.Array]
+    payload_dim: int
+
+
+def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int) -> Network:
+    """Builds the pure functions of a network of ``model`` nodes.
+
+    Args:
+      config: the network.
+      model: a Flax classifier ``model(x [B, H, W, C], train=bool) -> (logits
+        [B, C], features [B, F])``; dropout, if any, uses the "dropout" rng.
+      image_shape: ``(H, W, C)`` of one image.
+      num_classes: C.
+
+    Returns:
+      A :class:`Network`.
+    """
+    n, b, content = config.num_nodes, config.batch_size, config.content
+    optimizer = optax.adam(config.learning_rate)
+    dummy = jnp.zeros((1, *image_shape), jnp.float32)
+    feature_shape = jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape
+    payload_dim = feature_shape[-1] if content == "features" else num_classes
+
+    def init_node(key: jax.Array) -> population.NodeState:
+        variables = dict(model.init(key, dummy))
+        params = variables.pop("params")
+        return population.NodeState(params, variables, optimizer.init(params))
+
+    def apply(params, model_state, x, *, train: bool, key=None):
+        variables = {"params": params, **model_state}
+        rngs = {"dropout": key} if key is not None else None
+        if train and model_state:
+            return model.apply(variables, x, train=True, rngs=rngs, mutable=list(model_state))
+        return model.apply(variables, x, train=train, rngs=rngs), model_state
+
+    def loss_fn(params, model_state, images, local_targets, payload, consumed, key):
+        (logits, features), model_state = apply(params, model_state, to_unit_float(images), train=True, key=key)
+        loss = cross_entropy(logits, local_targets)
+        if content != "none":
+            received = config.consumed_weight * consumed_loss(content, logits, features, payload, config.temperature)
+            loss = jnp.where(consumed, received, loss)
+        # What this node would broadcast about the batch it just trained on.
+        if content == "true_labels":
+            outgoing = jnp.where(consumed, payload, local_targets)
+        else:
+            outgoing = {"logits": logits, "features": features, "none": payload}[content]
+        return loss, (model_state, jax.lax.stop_gradient(outgoing))
+
+    node_step = population.lift(population.make_train_step(loss_fn, optimizer), backend=config.backend)
+
+    def predict_node(state: population.NodeState, images):
+        (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
+        return jax.nn.softmax(logits)
+
+    predict = population.lift(predict_node, backend=config.backend, in_axes=(0, None))
+
+    def graph(key: jax.Array, step) -> jax.Array:
+        if config.topology == "ring":
+            return jnp.asarray(topology.ring(n, config.num_neighbours))
+        if config.topology == "full":
+            return jnp.asarray(topology.full(n))
+        if config.topology == "random":
+            return topology.random_graph(key, n, config.num_neighbours)
+        return topology.graph_at(key, step, num_nodes=n, num_neighbours=config.num_neighbours,
+                                 every=config.redraw_every)
+
+    def init(key: jax.Array) -> NetworkState:
+        node_key, run_key, graph_key = jax.random.split(key, 3)
+        nodes = population.init_population(init_node, node_key, n, backend=config.backend)
+        box = None
+        if content != "none":
+            box = inbox.init(n, config.inbox_capacity, b, payload_dim)
+        return NetworkState(nodes, box, graph(graph_key, 0), jnp.zeros((), jnp.int32), run_key, graph_key)
+
+    def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
+        key, k_consume, k_broadcast, k_sample, k_nodes = jax.random.split(state.key, 5)
+        want = jax.random.bernoulli(k_consume, config.consume_prob, (n,))
+        broadcast = jax.random.bernoulli(k_broadcast, config.broadcast_prob, (n,))
+        # Local minibatch, sampled with replacement from the node's own shard only.
+        position = jax.random.randint(k_sample, (n, b), 0, data.shard_sizes[:, None])
+        local = jnp.take_along_axis(data.shard_indices, position, axis=1)  # [N, B]
+        local_targets = jax.nn.one_hot(data.labels[local], num_classes)
+        box, got, source = state.inbox, jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
+        payload = jnp.zeros((n, b, payload_dim), jnp.float32)
+        indices = local
+        if content != "none":
+            box, message, got = inbox.pop(box, want & (config.consume_prob > 0))
+            indices = jnp.where(got[:, None], message.indices, local)
+            payload, source = message.payload, jnp.where(got, message.sender, -1)
+        nodes, (loss, outgoing) = node_step(state.nodes, data.images[indices], local_targets, payload, got,
+                                            jax.random.split(k_nodes, n))
+        adj = state.adj
+        if content != "none":
+            if config.topology == "time_varying":
+                adj = jax.lax.cond(state.step % config.redraw_every == 0,
+                                   lambda: graph(state.graph_key, state.step), lambda: state.adj)
+            sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
+                                 jnp.full((n,), state.step, jnp.int32))
+            box = inbox.push(box, sent, broadcast, adj, overflow=config.overflow)
+        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=key)
+        return new_state, StepInfo(loss, got, broadcast & (content != "none"), indices, source)
+
+    return Network(config, init, step, predict, payload_dim)
+
+
+def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
+    """Partitions the training split into N shards and puts everything on the device."""
+    shards = partition(dataset.train.labels, config.num_nodes, scheme=config.partition,
+                       alpha=config.dirichlet_alpha, seed=config.seed)
+    return NetworkData(
+        images=jnp.asarray(dataset.train.images, jnp.uint8),
+        labels=jnp.asarray(dataset.train.labels, jnp.int32),
+        shard_indices=jnp.asarray(shards.indices, jnp.int32),
+        shard_sizes=jnp.asarray(shards.sizes, jnp.int32),
+    )
+
+
+def predict_in_batches(network: Network, nodes, images: np.ndarray, *, batch_size: int = 1000) -> np.ndarray:
+    """Every node's class probabilities on ``images``: ``[N, M, C]`` float32.
+
+    Pads the last batch so one compiled shape serves all batches.
+    """
+    predict = jax.jit(network.predict)
+    m = len(images)
+    batch_size = min(batch_size, m)
+    out = []
+    for start in range(0, m, batch_size):
+        chunk = images[start:start + batch_size]
+        pad = batch_size - len(chunk)
+        if pad:
+            chunk = np.concatenate([chunk, np.zeros((pad, *chunk.shape[1:]), chunk.dtype)])
+        out.append(np.asarray(predict(nodes, jnp.asarray(chunk)))[:, : batch_size - pad])
+    return np.concatenate(out, axis=1)
+
+
+def evaluate(probs: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracies (%) of N nodes' predictions ``probs [N, M, C]`` on ``labels [M]``.
+
+    Returns:
+      ``avg_accuracy`` (mean over nodes), ``node_accuracies`` ``[N]``, and
+      ``collective_accuracy`` per weighting of :data:`jaxcomm.decision.WEIGHTINGS`,
+      all computed from the same predictions.
+    """
+    probs, labels = jnp.asarray(probs), jnp.asarray(labels)
+    per_node = 100.0 * np.asarray(decision.node_accuracies(probs, labels))
+    collective = {w: 100.0 * float(decision.collective_accuracy(probs, labels, weighting=w))
+                  for w in decision.WEIGHTINGS}
+    return {"avg_accuracy": float(per_node.mean()), "node_accuracies": per_node.tolist(),
+            "collective_accuracy": collective}
+
+
+def counter_totals(state: NetworkState) -> dict:
+    """Inbox counters summed over nodes (zeros without an inbox)."""
+    if state.inbox is None:
+        return {field: 0 for field in inbox.InboxCounters._fields} | {"pending": 0}
+    totals = {field: int(np.sum(value)) for field, value in state.inbox.counters._asdict().items()}
+    return totals | {"pending": int(np.sum(state.inbox.count))}
+
+
+def train_network(
+    config: NetworkConfig,
+    model: nn.Module,
+    dataset: ImageDataset,
+    *,
+    eval_split: str = "test",
+    progress: bool = True,
+    desc: str | None = None,
+) -> dict:
+    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps.
+
+    Args:
+      config: the network and its schedule.
+      model: a Flax classifier returning ``(logits, features)``.
+      dataset: images and labels; the training split is sharded over the nodes.
+      eval_split: "test" or "validation", the split evaluated between chunks.
+      progress: draw a progress bar.
+      desc: its label.
+
+    Returns:
+      A dict with ``history`` (one record per evaluation: step, losses,
+      accuracies, inbox counters), ``final`` (the last record), ``state`` (the
+      trained :class:`NetworkState`), ``steps_done``, ``interrupted`` and
+      ``train_seconds``.
+    """
+    split = getattr(dataset, eval_split)
+    network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
+                           num_classes=dataset.num_classes)
+    data = network_data(dataset, config)
+    state = network.init(jax.random.PRNGKey(config.seed))
+    history: list[dict] = []
+    start = time.perf_counter()
+
+    def record(steps_done: int, state: NetworkState, infos: StepInfo) -> dict:
+        metrics = evaluate(predict_in_batches(network, state.nodes, split.images), split.labels)
+        entry = {"step": steps_done, "loss": float(np.mean(infos.loss)),
+                 "consumed_fraction": float(np.mean(infos.consumed)), **metrics,
+                 "counters": counter_totals(state), "seconds": time.perf_counter() - start}
+        history.append(entry)
+        return {"avg": f"{metrics['avg_accuracy']:.1f}",
+                "coll": f"{metrics['collective_accuracy']['negentropy']:.1f}"}
+
+    summarize = lambda info: StepInfo(info.loss, info.consumed, info.broadcast, info.indices[:, :0], info.source)
+    result = runner.run_in_chunks(network.step, state, data, num_steps=config.num_steps,
+                                  chunk_size=config.eval_every, summarize=summarize, on_chunk=record,
+                                  progress=progress, desc=desc)
+    return {"history": history, "final": history[-1] if history else None, "state": result.state,
+            "steps_done": result.steps_done, "interrupted": result.interrupted,
+            "train_seconds": result.seconds}

@@ -1,0 +1,282 @@
+"""Who talks to whom: boolean neighbour matrices for a network of nodes.
+
+Convention everywhere in jaxcomm: ``adj[i, j]`` is True when node ``i`` sends
+(broadcasts) to node ``j``. Row ``i`` is node ``i``'s set of neighbours (its
+out-edges, the thesis' ``p`` neighbours); column ``j`` is who fills node
+``j``'s inbox. A node never sends to itself, so the diagonal is always False.
+
+Fixed graphs (``ring``, ``full``) are built with NumPy: they depend only on
+static ints and are constants of a run. Random graphs are built with JAX so a
+time-varying graph can be drawn inside a jitted training loop from a traced
+step counter.
+
+References:
+    Lacaille (2018), §2.2.2.3 "Communication and network of nodes".
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "ring",
+    "full",
+    "random_graph",
+    "graph_at",
+    "validate_adjacency",
+    "in_degree",
+    "out_degree",
+]
+
+
+def _as_int(name: str, value: object) -> int:
+    """Returns ``value`` as a Python int, rejecting bools, floats and arrays."""
+    # bool is an int subclass: ring(True, ...) is almost surely a bug.
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got bool {value!r}")
+    try:
+        # operator.index accepts int and NumPy integers, rejects 3.0 and tracers.
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an int, got {type(value).__name__} {value!r}"
+        ) from None
+
+
+def _check_num_nodes(num_nodes: object) -> int:
+    n = _as_int("num_nodes", num_nodes)
+    if n < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {n}")
+    return n
+
+
+def _check_num_neighbours(num_neighbours: object, num_nodes: int) -> int:
+    p = _as_int("num_neighbours", num_neighbours)
+    if not 0 <= p <= num_nodes - 1:
+        raise ValueError(
+            "num_neighbours must be in [0, num_nodes - 1] = "
+            f"[0, {num_nodes - 1}], got {p}"
+        )
+    return p
+
+
+def ring(num_nodes: int, num_neighbours: int) -> np.ndarray:
+    """Ring topology: each node sends to its ``p`` nearest nodes on a circle.
+
+    Nodes sit on a circle in index order. Offsets are taken by increasing
+    distance, clockwise first: ``+1, -1, +2, -2, ...``, and each node keeps the
+    first ``p`` of them. So ``p=1`` sends only to the next node clockwise,
+    ``p=2`` to both direct neighbours, ``p=3`` adds the next-but-one clockwise,
+    and ``p = N - 1`` is fully connected (for even ``N`` the opposite node,
+    offset ``N/2``, is reached once). ``p=0`` gives no edges.
+
+    Args:
+        num_nodes: N >= 1, the number of nodes.
+        num_neighbours: p in [0, N - 1], out-degree of every node.
+
+    Returns:
+        ``[N, N] bool`` adjacency, ``adj[i, j]`` = node i sends to node j;
+        every row has exactly p True entries and the diagonal is False.
+
+    Raises:
+        TypeError: if an argument is not an int.
+        ValueError: if N < 1 or p is outside [0, N - 1].
+
+    References:
+        Lacaille (2018), §2.2.2.3: "considering all nodes in a circle, with the
+        neighbours being selected as the closest nodes".
+    """
+    n = _check_num_nodes(num_nodes)
+    p = _check_num_neighbours(num_neighbours, n)
+    offsets: list[int] = []
+    # Walk +1, -1, +2, -2, ... and dedupe modulo N (for even N, +N/2 == -N/2);
+    # p <= N - 1 guarantees we stop before running out of distinct offsets.
+    distance = 1
+    while len(offsets) < p:
+        for signed in (distance, -distance):
+            offset = signed % n
+            if offset not in offsets and len(offsets) < p:
+                offsets.append(offset)
+        distance += 1
+    adj = np.zeros((n, n), dtype=bool)
+    senders = np.arange(n)
+    for offset in offsets:
+        adj[senders, (senders + offset) % n] = True
+    return adj
+
+
+def full(num_nodes: int) -> np.ndarray:
+    """Fully connected topology: every node sends to every other node.
+
+    Args:
+        num_nodes: N >= 1, the number of nodes.
+
+    Returns:
+        ``[N, N] bool`` adjacency, True everywhere except the diagonal.
+
+    Raises:
+        TypeError: if ``num_nodes`` is not an int.
+        ValueError: if N < 1.
+
+    References:
+        Lacaille (2018), §2.2.2.3 (the p = N - 1 case, e.g. 25 nodes, p = 24).
+    """
+    n = _check_num_nodes(num_nodes)
+    return ~np.eye(n, dtype=bool)
+
+
+def random_graph(
+    key: jax.Array, num_nodes: int, num_neighbours: int
+) -> jax.Array:
+    """Random fixed topology: each node gets ``p`` distinct random out-neighbours.
+
+    Each row draws uniform scores, sets its own score to +inf and keeps the p
+    smallest, so every node has exactly p neighbours, never itself, chosen
+    uniformly among the other N - 1 nodes. In-degrees vary. Jittable with
+    ``num_nodes`` and ``num_neighbours`` static.
+
+    Args:
+        key: PRNG key; the same key gives the same graph.
+        num_nodes: N >= 1, static.
+        num_neighbours: p in [0, N - 1], static.
+
+    Returns:
+        ``[N, N] bool`` adjacency, ``adj[i, j]`` = node i sends to node j;
+        every row has exactly p True entries and the diagonal is False.
+
+    Raises:
+        TypeError: if an int argument is not an int.
+        ValueError: if N < 1 or p is outside [0, N - 1].
+
+    References:
+        Lacaille (2018), §2.2.2.3, proposed extension: "each node has a random
+        set of neighbours, fixed or changing".
+    """
+    n = _check_num_nodes(num_nodes)
+    p = _check_num_neighbours(num_neighbours, n)
+    return _random_graph(key, n, p)
+
+
+# Jitted so eager calls compile once per (N, p); inlined under an outer jit.
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _random_graph(key: jax.Array, n: int, p: int) -> jax.Array:
+    """Unchecked ``random_graph``."""
+    scores = jax.random.uniform(key, (n, n))
+    # uniform < 1 < inf, so with p <= N - 1 a node never picks itself.
+    scores = jnp.where(jnp.eye(n, dtype=bool), jnp.inf, scores)
+    # rank of each score within its row; argsort breaks ties by index, so the
+    # ranks are a permutation and exactly p entries per row are below p.
+    ranks = jnp.argsort(jnp.argsort(scores, axis=1), axis=1)
+    return ranks < p
+
+
+def graph_at(
+    key: jax.Array,
+    step: int | jax.Array,
+    *,
+    num_nodes: int,
+    num_neighbours: int,
+    every: int,
+) -> jax.Array:
+    """Time-varying random topology: a new ``random_graph`` every ``every`` steps.
+
+    The graph for ``step`` is ``random_graph(fold_in(key, step // every))``, so
+    it is constant within each window of ``every`` consecutive steps and
+    recomputable from the step alone (no graph state to carry). Jittable with a
+    traced ``step``; the ints are static.
+
+    Args:
+        key: PRNG key shared by the whole run.
+        step: scalar int >= 0, the training step (Python int or traced).
+        num_nodes: N >= 1, static.
+        num_neighbours: p in [0, N - 1], static.
+        every: k >= 1, static; number of steps each graph lasts.
+
+    Returns:
+        ``[N, N] bool`` adjacency for this step, as ``random_graph``.
+
+    Raises:
+        TypeError: if an int argument is not an int.
+        ValueError: if N < 1, p is outside [0, N - 1] or every < 1.
+
+    References:
+        Lacaille (2018), §2.2.2.3, proposed extension ("fixed or changing").
+    """
+    k = _as_int("every", every)
+    if k < 1:
+        raise ValueError(f"every must be >= 1, got {k}")
+    # Validate the graph size before touching the (possibly traced) step.
+    n = _check_num_nodes(num_nodes)
+    p = _check_num_neighbours(num_neighbours, n)
+    return _graph_at(key, step, n, p, k)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _graph_at(
+    key: jax.Array, step: int | jax.Array, n: int, p: int, k: int
+) -> jax.Array:
+    """Unchecked ``graph_at``."""
+    return _random_graph(jax.random.fold_in(key, step // k), n, p)
+
+
+def validate_adjacency(adj: np.ndarray | jax.Array) -> None:
+    """Checks that ``adj`` is a valid neighbour matrix.
+
+    Shape and dtype are checked always (also on tracers); the self-loop check
+    needs concrete values and is skipped under ``jit``.
+
+    Args:
+        adj: candidate ``[N, N] bool`` adjacency.
+
+    Raises:
+        ValueError: if ``adj`` is not 2-D and square, not bool, or has a True
+            entry on its diagonal; the message names the problem and the shape.
+
+    References:
+        Lacaille (2018), §2.2.2.3.
+    """
+    shape = tuple(np.shape(adj))
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"adj must be a square 2-D [N, N] array, got shape {shape}")
+    dtype = np.dtype(adj.dtype) if hasattr(adj, "dtype") else np.asarray(adj).dtype
+    if dtype != np.bool_:
+        raise ValueError(
+            f"adj must have dtype bool, got {dtype} (shape {shape})"
+        )
+    if isinstance(adj, jax.core.Tracer):
+        return
+    loops = np.flatnonzero(np.diagonal(np.asarray(adj)))
+    if loops.size:
+        raise ValueError(
+            f"adj must have no self-loops, but nodes {loops.tolist()} send to "
+            f"themselves (shape {shape})"
+        )
+
+
+def in_degree(adj: np.ndarray | jax.Array) -> jax.Array:
+    """Number of senders per node: how many nodes broadcast into each inbox.
+
+    Args:
+        adj: ``[N, N] bool`` adjacency.
+
+    Returns:
+        ``[N] int32``, ``in_degree[j] = sum_i adj[i, j]``.
+    """
+    return jnp.sum(jnp.asarray(adj), axis=0, dtype=jnp.int32)
+
+
+def out_degree(adj: np.ndarray | jax.Array) -> jax.Array:
+    """Number of neighbours per node: how many inboxes each node broadcasts to.
+
+    Args:
+        adj: ``[N, N] bool`` adjacency.
+
+    Returns:
+        ``[N] int32``, ``out_degree[i] = sum_j adj[i, j]`` (p for ``ring``).
+    """
+    return jnp.sum(jnp.asarray(adj), axis=1, dtype=jnp.int32)

@@ -1,0 +1,155 @@
+"""The network step: Algorithm 2 end to end, its invariants and its configuration errors."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcomm import network, runner
+from jaxcomm.models import MLP
+
+MODEL = MLP(hidden=(12,), num_classes=4)
+
+
+def build(dataset, **overrides):
+    config = network.NetworkConfig(num_nodes=4, num_neighbours=2, batch_size=5, inbox_capacity=3,
+                                   num_steps=6, eval_every=3, **overrides)
+    net = network.make_network(config, MODEL, image_shape=dataset.train.images.shape[1:], num_classes=4)
+    return net, network.network_data(dataset, config)
+
+
+def run_steps(net, data, steps, seed=0, jit=True):
+    step = jax.jit(net.step) if jit else net.step
+    state, infos = net.init(jax.random.PRNGKey(seed)), []
+    for _ in range(steps):
+        state, info = step(state, data)
+        infos.append(info)
+    return state, infos
+
+
+@pytest.mark.parametrize("content", ["true_labels", "logits", "features"])
+def test_no_node_reads_another_shard_except_through_its_inbox(tiny_dataset, content):
+    net, data = build(tiny_dataset, content=content, topology="time_varying", redraw_every=4,
+                      broadcast_prob=0.6, consume_prob=0.5)
+    shards = [set(np.asarray(data.shard_indices[n, : data.shard_sizes[n]]).tolist()) for n in range(4)]
+    assert not set.intersection(*shards) and sum(map(len, shards)) == 240
+    known = [set(s) for s in shards]  # what node n may legitimately train on
+    state, step = net.init(jax.random.PRNGKey(3)), jax.jit(net.step)
+    consumed_any = False
+    for _ in range(30):
+        adj = np.asarray(state.adj)
+        new_state, info = step(state, data)
+        adj = np.asarray(new_state.adj)  # the graph this step's broadcasts used
+        for n in range(4):
+            used = set(np.asarray(info.indices[n]).tolist())
+            if bool(info.consumed[n]):
+                consumed_any = True
+                assert int(info.source[n]) != n and int(info.source[n]) >= 0
+            else:
+                assert used <= shards[n], f"node {n} trained on local data outside its shard"
+            assert used <= known[n], f"node {n} read data it never received"
+        for i in np.flatnonzero(np.asarray(info.broadcast)):
+            for j in np.flatnonzero(adj[i]):
+                known[j] |= set(np.asarray(info.indices[i]).tolist())
+        state = new_state
+    assert consumed_any
+
+
+def test_inbox_counters_add_up_and_isolated_nodes_have_none(tiny_dataset):
+    net, data = build(tiny_dataset, content="true_labels", topology="full", broadcast_prob=0.9)
+    state, infos = run_steps(net, data, 20)
+    c = state.inbox.counters
+    np.testing.assert_array_equal(c.received, c.consumed + c.dropped + state.inbox.count)
+    assert int(c.sent.sum()) == int(c.received.sum()) > 0
+    consumed = np.sum([np.asarray(i.consumed) for i in infos], axis=0)
+    np.testing.assert_array_equal(c.consumed, consumed)
+    assert int(c.dropped.sum()) > 0  # 0.9 x 3 senders into capacity 3 overflows
+
+    net, data = build(tiny_dataset, content="none")
+    state, infos = run_steps(net, data, 5)
+    assert state.inbox is None and not any(bool(i.consumed.any()) for i in infos)
+
+
+def test_same_seed_same_result_and_seeds_differ(tiny_dataset):
+    net, data = build(tiny_dataset, content="logits", temperature=2.0)
+    a, _ = run_steps(net, data, 5, seed=1)
+    b, _ = run_steps(net, data, 5, seed=1)
+    c, _ = run_steps(net, data, 5, seed=2)
+    chex.assert_trees_all_equal(a, b)
+    assert not np.allclose(a.nodes.params["Dense_0"]["kernel"], c.nodes.params["Dense_0"]["kernel"])
+
+
+@pytest.mark.parametrize("content", ["none", "true_labels", "features"])
+def test_backends_and_jit_agree(tiny_dataset, content):
+    results = {}
+    for backend in ("vmap", "loop"):
+        for jit in (True, False):
+            net, data = build(tiny_dataset, content=content, backend=backend)
+            results[backend, jit], _ = run_steps(net, data, 3, jit=jit)
+    reference = results["loop", False]
+    for state in results.values():
+        chex.assert_trees_all_close(state.nodes, reference.nodes, rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_close(state.inbox, reference.inbox, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_scan_equals_step_by_step(tiny_dataset):
+    net, data = build(tiny_dataset, content="true_labels")
+    expected, _ = run_steps(net, data, 7)
+    result = runner.run_in_chunks(net.step, net.init(jax.random.PRNGKey(0)), data, num_steps=7, chunk_size=3,
+                                  progress=False)
+    assert result.steps_done == 7 and not result.interrupted
+    chex.assert_trees_all_close(result.state, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_losses_by_hand():
+    logits = jnp.array([[2.0, 0.0]])
+    # log_softmax([2, 0]) = [-0.126928, -2.126928]
+    np.testing.assert_allclose(network.cross_entropy(logits, jnp.array([[0.0, 1.0]])), 2.126928, rtol=1e-5)
+    # soft labels from received logits [1, 3] at tau = 2: softmax([0.5, 1.5]) = [0.268941, 0.731059]
+    # loss = 0.268941 * 0.126928 + 0.731059 * 2.126928 = 1.589057
+    loss = network.consumed_loss("logits", logits, None, jnp.array([[1.0, 3.0]]), 2.0)
+    np.testing.assert_allclose(loss, 1.589057, rtol=1e-5)
+    # eq. 2.2.3: 0.5 * ((1 - 0)^2 + (2 - 4)^2) = 2.5, averaged over a batch of one
+    loss = network.consumed_loss("features", None, jnp.array([[1.0, 2.0]]), jnp.array([[0.0, 4.0]]), 1.0)
+    np.testing.assert_allclose(loss, 2.5, rtol=1e-6)
+
+
+def test_train_network_records_history(tiny_dataset):
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=8, num_steps=40, eval_every=20)
+    out = network.train_network(config, MODEL, tiny_dataset, progress=False)
+    assert [h["step"] for h in out["history"]] == [20, 40] and out["steps_done"] == 40
+    final = out["final"]
+    assert len(final["node_accuracies"]) == 3
+    assert final["avg_accuracy"] == pytest.approx(np.mean(final["node_accuracies"]))
+    assert set(final["collective_accuracy"]) == {"negentropy", "entropy", "mean", "vote"}
+    assert final["collective_accuracy"]["mean"] > 40  # 4 classes, learnable: well above chance
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"num_neighbours": 4}, r"num_neighbours must be an integer in \[0, num_nodes - 1\] = \[0, 3\]"),
+    ({"num_neighbours": -1}, "num_neighbours"),
+    ({"num_nodes": 0}, "num_nodes must be an integer >= 1"),
+    ({"broadcast_prob": 1.5}, r"broadcast_prob must be a probability in \[0, 1\]"),
+    ({"consume_prob": -0.1}, r"consume_prob must be a probability in \[0, 1\]"),
+    ({"temperature": 0.0}, "temperature must be a number > 0"),
+    ({"inbox_capacity": 0}, "inbox_capacity must be an integer >= 1"),
+    ({"content": "gradients"}, r"content must be one of \('none', 'true_labels', 'logits', 'features'\)"),
+    ({"topology": "star"}, "topology must be one of"),
+    ({"overflow": "drop_random"}, "overflow must be one of"),
+    ({"partition": "sorted"}, "partition must be one of"),
+    ({"backend": "pmap"}, "backend must be one of"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+    ({"redraw_every": 0}, "redraw_every"),
+    ({"eval_every": 0}, "eval_every"),
+])
+def test_bad_config_fails_on_construction(overrides, match):
+    fields = {"num_nodes": 4, "num_neighbours": 2} | overrides
+    with pytest.raises(ValueError, match=match):
+        network.NetworkConfig(**fields)
+
+
+def test_full_topology_ignores_num_neighbours():
+    assert network.NetworkConfig(num_nodes=3, topology="full", num_neighbours=10).num_nodes == 3
