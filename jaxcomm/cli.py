@@ -14,7 +14,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     config = demo.DemoConfig(dataset=args.dataset, data_dir=args.data_dir, num_nodes=args.nodes,
                              num_neighbours=args.neighbours, num_steps=args.steps,
-                             hidden=tuple(args.hidden), seed=args.seed)
+                             hidden=tuple(args.hidden), seed=args.seed, num_seeds=args.seeds)
     start = time.perf_counter()
     result = demo.run(config, progress=not args.no_progress)
     print(f"\n{config.num_nodes} MLP nodes ({'-'.join(map(str, (784, *config.hidden, 10)))}), "
@@ -22,7 +22,9 @@ def _demo(args: argparse.Namespace) -> int:
           f"{result['dataset']}: {result['train_size']} training digits split over the nodes, "
           f"accuracy (%) on {result['test_size']} test digits.\n")
     print(demo.format_table(result))
-    print(f"\nwall time {time.perf_counter() - start:.0f} s, seed {config.seed}")
+    last = config.seed + config.num_seeds - 1
+    seeds = f"seeds {config.seed}..{last}" if config.num_seeds > 1 else f"seed {config.seed}"
+    print(f"\nmean ± sd over {seeds}; wall time {time.perf_counter() - start:.0f} s")
     return 0
 
 
@@ -40,9 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"folder with the MNIST IDX files (for --dataset mnist; default ${DATA_DIR_ENV})")
     demo.add_argument("--nodes", type=int, default=10, help="number of nodes (default 10)")
     demo.add_argument("--neighbours", type=int, default=2, help="ring neighbours per node (default 2)")
-    demo.add_argument("--steps", type=int, default=1500, help="training steps per node (default 1500)")
+    demo.add_argument("--steps", type=int, default=3000, help="training steps per node (default 3000)")
     demo.add_argument("--hidden", type=int, nargs="+", default=[64], help="hidden widths of each MLP (default 64)")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument("--seed", type=int, default=0, help="first random seed (default 0)")
+    demo.add_argument("--seeds", type=int, default=3, help="runs per network, seeds seed.. (default 3)")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
     return parser

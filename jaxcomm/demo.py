@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 from jaxcomm import data, decision
 from jaxcomm.models import MLP
 from jaxcomm.network import NetworkConfig, train_network
@@ -30,16 +32,18 @@ class DemoConfig:
       num_neighbours: p of the ring.
       num_steps: training steps per node.
       hidden: widths of each node's MLP.
-      seed: seeds everything.
+      seed: the first seed; runs use ``seed, seed + 1, ...``.
+      num_seeds: runs per network; the table shows mean and standard deviation.
     """
 
     dataset: str = "mnist_sample"
     data_dir: str | None = None
     num_nodes: int = 10
     num_neighbours: int = 2
-    num_steps: int = 1500
+    num_steps: int = 3000
     hidden: tuple[int, ...] = (64,)
     seed: int = 0
+    num_seeds: int = 3
 
     def networks(self) -> dict[str, NetworkConfig]:
         """The two networks compared, validated before any data is read."""
@@ -55,8 +59,13 @@ class DemoConfig:
 
 
 def run(config: DemoConfig, *, progress: bool = True) -> dict:
-    """Trains both networks; returns one row of metrics per network."""
+    """Trains both networks for every seed; returns one row of metrics per network.
+
+    Accuracies are ``(mean, sd)`` over seeds, in %, on the test split.
+    """
     networks = config.networks()
+    if config.num_seeds < 1:
+        raise ValueError(f"num_seeds must be an integer >= 1, got {config.num_seeds!r}")
     if config.dataset not in ("mnist_sample", "mnist"):
         raise ValueError(f"dataset must be one of ('mnist_sample', 'mnist'), got {config.dataset!r}")
     dataset = data.load_dataset(config.dataset, config.data_dir)
@@ -64,27 +73,34 @@ def run(config: DemoConfig, *, progress: bool = True) -> dict:
     rows = {}
     for name, network in networks.items():
         start = time.perf_counter()
-        result = train_network(network, model, dataset, progress=progress, desc=name)
-        final = result["final"]
+        finals = []
+        for seed in range(config.seed, config.seed + config.num_seeds):
+            result = train_network(network.replace(seed=seed), model, dataset, progress=progress,
+                                   desc=f"{name}, seed {seed}")
+            finals.append(result["final"])
+        collective = {w: [f["collective_accuracy"][w] for f in finals] for w in decision.WEIGHTINGS}
         rows[name] = {
-            "avg_accuracy": final["avg_accuracy"],
-            "collective_accuracy": final["collective_accuracy"],
-            "consumed": final["counters"]["consumed"],
-            "dropped": final["counters"]["dropped"],
-            "fallbacks": final["counters"]["fallbacks"],
+            "avg_accuracy": _mean_sd([f["avg_accuracy"] for f in finals]),
+            "collective_accuracy": {w: _mean_sd(values) for w, values in collective.items()},
+            **{c: int(np.mean([f["counters"][c] for f in finals])) for c in ("consumed", "dropped", "fallbacks")},
             "seconds": time.perf_counter() - start,
         }
     return {"dataset": dataset.name, "train_size": len(dataset.train.labels),
             "test_size": len(dataset.test.labels), "rows": rows}
 
 
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values))
+
+
 def format_table(result: dict) -> str:
-    """A markdown table of :func:`run`'s rows."""
+    """A markdown table of :func:`run`'s rows: mean ± sd over seeds; counters are per-seed means."""
+    _pm = lambda stat: f"{stat[0]:.1f} ± {stat[1]:.1f}"
     weightings = decision.WEIGHTINGS
     header = ["network", "avg acc", *(f"coll. {w}" for w in weightings), "consumed", "dropped", "fallbacks", "s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, row in result["rows"].items():
-        cells = [name, f"{row['avg_accuracy']:.1f}", *(f"{row['collective_accuracy'][w]:.1f}" for w in weightings),
+        cells = [name, _pm(row["avg_accuracy"]), *(_pm(row["collective_accuracy"][w]) for w in weightings),
                  str(row["consumed"]), str(row["dropped"]), str(row["fallbacks"]), f"{row['seconds']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -135,7 +136,7 @@ class NetworkConfig:
         _require(_is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
         _require(_is_int(self.seed), "seed", "an integer", self.seed)
 
-    def replace(self, **changes) -> "NetworkConfig":
+    def replace(self, **changes) -> NetworkConfig:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 

@@ -19,7 +19,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -84,11 +85,12 @@ def lift(
             raise ValueError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
         if any(axis not in (0, None) for axis in axes):
             raise ValueError(f"in_axes entries must be 0 or None, got {axes}")
-        stacked = [arg for arg, axis in zip(args, axes) if axis == 0]
+        stacked = [arg for arg, axis in zip(args, axes, strict=True) if axis == 0]
         if not stacked:
             raise ValueError("at least one argument must be stacked on the node axis (in_axes=0)")
         n = num_nodes(stacked)
-        outs = [fn(*(node(arg, i) if axis == 0 else arg for arg, axis in zip(args, axes))) for i in range(n)]
+        pairs = list(zip(args, axes, strict=True))
+        outs = [fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)]
         return stack(outs)
 
     return looped

@@ -8,7 +8,8 @@ experiment drives its training through :func:`run_in_chunks`.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 from tqdm.auto import tqdm

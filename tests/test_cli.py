@@ -8,19 +8,20 @@ from jaxcomm import cli, demo
 
 
 def test_demo_runs_end_to_end_and_prints_a_table(capsys):
-    code = cli.main(["demo", "--steps", "60", "--nodes", "4", "--hidden", "16", "--no-progress"])
+    code = cli.main(["demo", "--steps", "60", "--nodes", "4", "--hidden", "16", "--seeds", "2", "--no-progress"])
     assert code == 0
     out = capsys.readouterr().out
     assert "| isolated |" in out and "| sharing true labels |" in out
-    assert "coll. negentropy" in out and "coll. vote" in out
+    assert "coll. negentropy" in out and "coll. vote" in out and "±" in out and "seeds 0..1" in out
 
 
 def test_demo_sharing_consumes_and_isolated_does_not():
-    result = demo.run(demo.DemoConfig(num_nodes=4, num_steps=40, hidden=(8,)), progress=False)
+    result = demo.run(demo.DemoConfig(num_nodes=4, num_steps=40, hidden=(8,), num_seeds=1), progress=False)
     rows = result["rows"]
     assert rows["isolated"]["consumed"] == 0
     assert rows["sharing true labels"]["consumed"] > 0
     assert result["train_size"] == 4000 and result["test_size"] == 1000
+    assert rows["isolated"]["avg_accuracy"][1] == 0.0  # one seed: no spread
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"]])

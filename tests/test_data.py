@@ -484,3 +484,24 @@ def test_real_cifar10():
     assert np.bincount(ds.test.labels).tolist() == [1000] * 10
     # Official mean RGB 125.31, 122.95, 113.87; the lossy ../shared/data copy is within 0.05.
     np.testing.assert_allclose(ds.train.images.mean((0, 1, 2)), [125.3, 122.95, 113.87], atol=0.1)
+
+
+_PREPARE = pathlib.Path(_DATA_DIR) / "prepare_cifar10.py" if _HAS_DIR else None
+
+
+@pytest.mark.skipif(_CIFAR is not None or _PREPARE is None or not _PREPARE.is_file(),
+                    reason="needs JAXCOMM_DATA_DIR = ../shared/data (with prepare_cifar10.py) and no prepared copy")
+def test_shared_cifar10_prepared_then_loaded(tmp_path):
+    """The README's CIFAR-10 recipe: prepare_cifar10.py once, then load_cifar10 reads the binary batches."""
+    pytest.importorskip("PIL")
+    import subprocess
+
+    subprocess.run([sys.executable, str(_PREPARE), str(tmp_path)], check=True, capture_output=True)
+    ds = data.load_cifar10(tmp_path, validation_size=5000)
+    assert [len(s.labels) for s in (ds.train, ds.validation, ds.test)] == [45000, 5000, 10000]
+    labels = np.concatenate([ds.train.labels, ds.validation.labels])
+    assert np.bincount(labels).tolist() == [5000] * 10
+    side = np.load(pathlib.Path(_DATA_DIR) / "cifar10" / "cifar10_labels_and_lossless_subset.npz")
+    np.testing.assert_array_equal(labels, side["y_train"])
+    np.testing.assert_array_equal(ds.train.images[side["train_lossless_index"]], side["x_train_lossless"])
+    np.testing.assert_allclose(ds.train.images.mean((0, 1, 2)), [125.3, 123.0, 113.9], atol=0.3)
