@@ -14,7 +14,8 @@ Algorithm 2:
    ``softmax(logits / tau)`` (eq. 2.2.1-2.2.2), or MSE to received top-level
    features (eq. 2.2.3);
 4. broadcasting nodes push what they just trained on (indices + their payload)
-   to their out-neighbours' inboxes, consumed data included.
+   to their out-neighbours' inboxes, consumed data included unless
+   ``rebroadcast=False``.
 
 Nodes only ever gather images of their own shard or of a message they popped.
 
@@ -70,6 +71,8 @@ class NetworkConfig:
       redraw_every: steps between graphs of the "time_varying" topology.
       broadcast_prob: p_b, chance a node broadcasts each step.
       consume_prob: p_c, chance a node trains on its inbox instead of local data.
+      rebroadcast: whether consumed data may be broadcast again (the thesis: yes);
+        if False, a node only broadcasts minibatches of its own shard.
       content: what a message carries, one of :data:`CONTENTS`.
       temperature: tau of the soft labels made from received logits.
       consumed_weight: scale of the loss on consumed data.
@@ -91,6 +94,7 @@ class NetworkConfig:
     redraw_every: int = 100
     broadcast_prob: float = 0.5
     consume_prob: float = 0.5
+    rebroadcast: bool = True
     content: str = "true_labels"
     temperature: float = 1.0
     consumed_weight: float = 1.0
@@ -120,6 +124,7 @@ class NetworkConfig:
         for name in ("broadcast_prob", "consume_prob"):
             value = getattr(self, name)
             _require(_is_real(value) and 0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
+        _require(isinstance(self.rebroadcast, bool), "rebroadcast", "True or False", self.rebroadcast)
         _require(self.content in CONTENTS, "content", f"one of {CONTENTS}", self.content)
         _require(_is_real(self.temperature) and self.temperature > 0, "temperature", "a number > 0", self.temperature)
         _require(_is_real(self.consumed_weight) and self.consumed_weight >= 0, "consumed_weight", "a number >= 0",
@@ -323,6 +328,8 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         nodes, (loss, outgoing) = node_step(state.nodes, data.images[indices], local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
         adj = state.adj
+        if not config.rebroadcast:
+            broadcast = broadcast & ~got
         if content != "none":
             if config.topology == "time_varying":
                 adj = jax.lax.cond(state.step % config.redraw_every == 0,

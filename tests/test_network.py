@@ -73,6 +73,14 @@ def test_inbox_counters_add_up_and_isolated_nodes_have_none(tiny_dataset):
     assert state.inbox is None and not any(bool(i.consumed.any()) for i in infos)
 
 
+def test_without_rebroadcast_only_own_shard_travels(tiny_dataset):
+    net, data = build(tiny_dataset, content="true_labels", topology="full", broadcast_prob=1.0, rebroadcast=False)
+    _, infos = run_steps(net, data, 12)
+    assert any(bool(i.consumed.any()) for i in infos)
+    for info in infos:
+        np.testing.assert_array_equal(info.broadcast, ~info.consumed)
+
+
 def test_same_seed_same_result_and_seeds_differ(tiny_dataset):
     net, data = build(tiny_dataset, content="logits", temperature=2.0)
     a, _ = run_steps(net, data, 5, seed=1)
@@ -144,6 +152,7 @@ def test_train_network_records_history(tiny_dataset):
     ({"batch_size": 0}, "batch_size must be an integer >= 1"),
     ({"redraw_every": 0}, "redraw_every"),
     ({"eval_every": 0}, "eval_every"),
+    ({"rebroadcast": "yes"}, "rebroadcast must be True or False"),
 ])
 def test_bad_config_fails_on_construction(overrides, match):
     fields = {"num_nodes": 4, "num_neighbours": 2} | overrides

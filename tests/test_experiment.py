@@ -1,0 +1,66 @@
+"""Experiment plumbing: overrides parse by field type, bad ones fail early, the envelope is complete."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from jaxcomm import experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    steps: int = 10
+    rate: float = 0.1
+    name: str = "a"
+    hidden: tuple[int, ...] = (32, 32)
+    flag: bool = False
+    budget: int | None = None
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+def test_overrides_parse_by_type():
+    config = experiment.apply_overrides(
+        Config(), ["steps=5", "rate=1e-3", "name=b", "hidden=64,16", "flag=true", "budget=7"])
+    assert config == Config(steps=5, rate=1e-3, name="b", hidden=(64, 16), flag=True, budget=7)
+    assert experiment.apply_overrides(Config(budget=3), ["budget=none"]).budget is None
+
+
+@pytest.mark.parametrize("pair,match", [
+    ("stepz=3", "unknown config field 'stepz'; fields are: budget, flag, hidden"),
+    ("steps", "must look like field=value"),
+    ("steps=three", "cannot parse as int"),
+    ("flag=maybe", "cannot parse as bool"),
+    ("steps=-1", "steps must be >= 0"),  # the config's own validation runs
+])
+def test_bad_overrides(pair, match):
+    with pytest.raises(ValueError, match=match):
+        experiment.apply_overrides(Config(), [pair])
+
+
+def test_main_writes_envelope_and_curves(tmp_path, capsys):
+    def run(config):
+        return {"rows": {"r": {"acc": 1.5 * config.steps}}, "curves": [{"step": 1, "acc": 0.5}], "note": "x"}
+
+    code = experiment.main(["--out", str(tmp_path), "steps=2"], experiment="toy", presets={"cpu": Config},
+                           run=run, description="toy")
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("experiment", "preset", "command", "git_commit", "device", "wall_seconds", "rows"):
+        assert key in summary
+    assert summary["experiment"] == "toy" and summary["preset"] == "cpu"
+    assert summary["rows"] == {"r": {"acc": 3.0}} and summary["config"]["steps"] == 2 and summary["note"] == "x"
+    assert json.loads((tmp_path / "curves.jsonl").read_text().splitlines()[0]) == {"step": 1, "acc": 0.5}
+
+
+def test_main_rejects_bad_override_before_running(tmp_path):
+    ran = []
+    with pytest.raises(SystemExit) as info:
+        experiment.main(["--out", str(tmp_path), "steps=-3"], experiment="toy", presets={"cpu": Config},
+                        run=ran.append, description="toy")
+    assert info.value.code == 2 and not ran
