@@ -229,7 +229,7 @@ class Network:
       config: the validated configuration.
       init: ``init(key) -> NetworkState``.
       step: ``step(state, data) -> (state, StepInfo)``, pure; jit it.
-      predict: ``predict(nodes, images [M, H, W, C] uint8) -> probs [N, M, C]``.
+      predict: ``predict(nodes, images [M, H, W, C] uint8) -> probs [N, M, C]``, jitted.
       payload_dim: D, the width of a message's payload.
     """
 
@@ -290,7 +290,7 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
         return jax.nn.softmax(logits)
 
-    predict = population.lift(predict_node, backend=config.backend, in_axes=(0, None))
+    predict = jax.jit(population.lift(predict_node, backend=config.backend, in_axes=(0, None)))
 
     def graph(key: jax.Array, step) -> jax.Array:
         if config.topology == "ring":
@@ -360,8 +360,7 @@ def predict_in_batches(network: Network, nodes, images: np.ndarray, *, batch_siz
 
     Pads the last batch so one compiled shape serves all batches.
     """
-    predict = jax.jit(network.predict)
-    m = len(images)
+    predict, m = network.predict, len(images)
     batch_size = min(batch_size, m)
     out = []
     for start in range(0, m, batch_size):
