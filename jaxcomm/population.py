@@ -8,10 +8,17 @@ backend is a swappable detail tested equal across choices:
 * ``"vmap"``: ``jax.vmap`` over the node axis. Dense layers become batched
   matmuls: the fast choice for many small MLPs.
 * ``"loop"``: the reference. A Python loop that slices node ``i`` out of every
-  stacked argument, calls the function and stacks the results. Called eagerly it
-  dispatches one node after another (the thesis' way, §2.2.1); traced under
-  ``jit`` it unrolls into N copies of the single-node graph, which keeps each
-  convolution in its own fast layout.
+  stacked argument, calls the (jitted) single-node function and stacks the
+  results. Called eagerly it dispatches one compiled step per node, one node
+  after another (the thesis' way, §2.2.1).
+* ``"unrolled"``: the same loop traced inside the caller's ``jit``: N copies of
+  the single-node graph in one program, each convolution in its own fast layout
+  (under an outer ``jit``, "loop" becomes exactly this).
+* ``"map"``: ``jax.lax.map`` over nodes, ``map_batch_size`` at a time (vmapped
+  within a batch): bounded memory and compile time for large N.
+* ``"sharded"``: the node axis laid over a 1-D device mesh (axis ``"nodes"``)
+  with ``jax.shard_map``; each device vmaps over its own nodes. This is how a
+  run spreads over several chips or hosts.
 
 References:
   Lacaille (2018), §2.2.1 "Simulated nodes"; fedjax ``for_each_client``.
@@ -24,9 +31,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-BACKENDS = ("vmap", "loop")
+BACKENDS = ("vmap", "loop", "unrolled", "map", "sharded")
+NODE_AXIS = "nodes"  # mesh axis name of the "sharded" backend
 
 PyTree = Any
 
@@ -55,11 +64,35 @@ def stack(trees: Sequence[PyTree]) -> PyTree:
     return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
+def _normalise_axes(in_axes: int | None | Sequence[int | None], num_args: int) -> tuple[int | None, ...]:
+    axes = (in_axes,) * num_args if in_axes is None or isinstance(in_axes, int) else tuple(in_axes)
+    if len(axes) != num_args:
+        raise ValueError(f"in_axes has {len(axes)} entries for {num_args} arguments")
+    if any(axis not in (0, None) for axis in axes):
+        raise ValueError(f"in_axes entries must be 0 or None, got {axes}")
+    if 0 not in axes:
+        raise ValueError("at least one argument must be stacked on the node axis (in_axes=0)")
+    return axes
+
+
+def node_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+    """A 1-D device mesh whose single axis, ``"nodes"``, carries the node axis.
+
+    Args:
+      devices: the devices to spread nodes over; all of ``jax.devices()`` by
+        default (every host's, after ``jax.distributed.initialize``).
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    return jax.sharding.Mesh(np.asarray(devices), (NODE_AXIS,))
+
+
 def lift(
     fn: Callable[..., Any],
     *,
     backend: str = "vmap",
     in_axes: int | None | Sequence[int | None] = 0,
+    map_batch_size: int | None = None,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> Callable[..., Any]:
     """Lifts a single-node function to all N nodes of a population.
 
@@ -69,6 +102,9 @@ def lift(
       in_axes: as ``jax.vmap``, restricted to ``0`` (argument is stacked on the
         node axis) or ``None`` (argument shared by all nodes); one value or one
         per positional argument.
+      map_batch_size: nodes per ``lax.map`` iteration (``"map"`` only; None = 1).
+      mesh: the device mesh of ``"sharded"`` (default :func:`node_mesh`); N must
+        be a multiple of its size.
 
     Returns:
       ``lifted(*args) -> out`` where every leaf of ``out`` gains a leading
@@ -78,22 +114,55 @@ def lift(
     check_backend(backend)
     if backend == "vmap":
         return jax.vmap(fn, in_axes=in_axes)
+    if backend == "sharded":
+        return _sharded(fn, in_axes, mesh)
+    if backend == "map":
+        return _mapped(fn, in_axes, map_batch_size)
+    # "loop" jits the node function, so called eagerly each node is one compiled
+    # dispatch (asynchronous: no host sync between nodes); under an outer jit the
+    # inner jit is inlined and "loop" becomes "unrolled".
+    node_fn = jax.jit(fn) if backend == "loop" else fn
 
     def looped(*args):
-        axes = (in_axes,) * len(args) if in_axes is None or isinstance(in_axes, int) else tuple(in_axes)
-        if len(axes) != len(args):
-            raise ValueError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
-        if any(axis not in (0, None) for axis in axes):
-            raise ValueError(f"in_axes entries must be 0 or None, got {axes}")
-        stacked = [arg for arg, axis in zip(args, axes, strict=True) if axis == 0]
-        if not stacked:
-            raise ValueError("at least one argument must be stacked on the node axis (in_axes=0)")
-        n = num_nodes(stacked)
+        axes = _normalise_axes(in_axes, len(args))
+        n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
         pairs = list(zip(args, axes, strict=True))
-        outs = [fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)]
-        return stack(outs)
+        return stack([node_fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)])
 
     return looped
+
+
+def _mapped(fn: Callable[..., Any], in_axes, batch_size: int | None) -> Callable[..., Any]:
+    def mapped(*args):
+        axes = _normalise_axes(in_axes, len(args))
+        stacked = tuple(arg for arg, axis in zip(args, axes, strict=True) if axis == 0)
+
+        def one(node_args):
+            rest = iter(node_args)
+            return fn(*(next(rest) if axis == 0 else arg for arg, axis in zip(args, axes, strict=True)))
+
+        return jax.lax.map(one, stacked, batch_size=batch_size)
+
+    return mapped
+
+
+def _sharded(fn: Callable[..., Any], in_axes, mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:
+    spec = jax.sharding.PartitionSpec
+
+    def sharded(*args):
+        axes = _normalise_axes(in_axes, len(args))
+        grid = node_mesh() if mesh is None else mesh
+        n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
+        if n % grid.size:
+            raise ValueError(f"backend 'sharded' needs num_nodes divisible by the {grid.size} devices of the mesh, "
+                             f"got num_nodes={n}")
+        # Each device runs vmap over its own N / devices nodes.
+        local = jax.shard_map(jax.vmap(fn, in_axes=axes), mesh=grid,
+                              in_specs=tuple(spec(NODE_AXIS) if axis == 0 else spec() for axis in axes),
+                              out_specs=spec(NODE_AXIS))
+        return local(*args)
+
+    return sharded
 
 
 class NodeState(NamedTuple):

@@ -55,8 +55,9 @@ def independent_runs():
     return population.stack(finals), jnp.asarray(losses).T  # [STEPS, N]
 
 
-@pytest.mark.parametrize("backend", population.BACKENDS)
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+# Eager shard_map runs op by op (a minute here): jit only for "sharded".
+@pytest.mark.parametrize("backend,jit", [(b, j) for b in population.BACKENDS for j in (False, True)
+                                         if j or b != "sharded"])
 def test_lifted_steps_equal_independent_runs(backend, jit):
     x, y, keys = batches()
     state = population.init_population(init_node, jax.random.PRNGKey(0), N, backend=backend)
@@ -88,8 +89,21 @@ def test_lift_with_shared_argument():
     x = jnp.ones((4, 3))
     out = {b: population.lift(fn, backend=b, in_axes=(0, None))(w, x) for b in population.BACKENDS}
     chex.assert_shape(out["vmap"], (N, 4, 2))
-    np.testing.assert_allclose(out["vmap"], out["loop"], rtol=1e-6)
+    for backend in population.BACKENDS:
+        np.testing.assert_allclose(out[backend], out["loop"], rtol=1e-6, err_msg=backend)
     np.testing.assert_allclose(out["loop"][1], jnp.tanh(x @ w[1]), rtol=1e-6)
+
+
+def test_map_batches_and_sharded_divisibility():
+    fn = lambda w: jnp.sum(w**2)
+    w = jnp.arange(12.0).reshape(6, 2)
+    for batch_size in (None, 2, 4):  # 4 does not divide 6: lax.map handles the remainder
+        np.testing.assert_allclose(population.lift(fn, backend="map", map_batch_size=batch_size)(w),
+                                   jnp.sum(w**2, axis=1))
+    mesh = population.node_mesh()
+    if mesh.size > 1:
+        with pytest.raises(ValueError, match="num_nodes divisible by"):
+            population.lift(fn, backend="sharded")(jnp.ones((mesh.size + 1, 2)))
 
 
 def test_bad_backend_and_axes():
