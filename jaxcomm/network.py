@@ -368,7 +368,7 @@ def predict_in_batches(network: Network, nodes, images: np.ndarray, *, batch_siz
         pad = batch_size - len(chunk)
         if pad:
             chunk = np.concatenate([chunk, np.zeros((pad, *chunk.shape[1:]), chunk.dtype)])
-        out.append(np.asarray(predict(nodes, jnp.asarray(chunk)))[:, : batch_size - pad])
+        out.append(population.to_host(predict(nodes, jnp.asarray(chunk)))[:, : batch_size - pad])
     return np.concatenate(out, axis=1)
 
 
@@ -392,8 +392,8 @@ def counter_totals(state: NetworkState) -> dict:
     """Inbox counters summed over nodes (zeros without an inbox)."""
     if state.inbox is None:
         return {field: 0 for field in inbox.InboxCounters._fields} | {"pending": 0}
-    totals = {field: int(np.sum(value)) for field, value in state.inbox.counters._asdict().items()}
-    return totals | {"pending": int(np.sum(state.inbox.count))}
+    counters, pending = population.to_host((state.inbox.counters, state.inbox.count))
+    return {field: int(np.sum(value)) for field, value in counters._asdict().items()} | {"pending": int(pending.sum())}
 
 
 def train_network(
@@ -431,6 +431,7 @@ def train_network(
 
     def record(steps_done: int, state: NetworkState, infos: StepInfo) -> dict:
         metrics = evaluate(predict_in_batches(network, state.nodes, split.images), split.labels)
+        infos = population.to_host(infos)
         entry = {"step": steps_done, "loss": float(np.mean(infos.loss)),
                  "consumed_fraction": float(np.mean(infos.consumed)), **metrics,
                  "counters": counter_totals(state), "seconds": time.perf_counter() - start}

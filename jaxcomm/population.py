@@ -86,6 +86,24 @@ def node_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices), (NODE_AXIS,))
 
 
+def to_host(tree: PyTree) -> PyTree:
+    """Every leaf as a numpy array on this host, gathering shards from other processes.
+
+    With the "sharded" backend across processes (``jax.distributed``), an array
+    spans devices this process cannot read; every process then receives the
+    whole array (a collective: all processes must call this together).
+    """
+
+    def fetch(leaf):
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            from jax.experimental import multihost_utils  # noqa: PLC0415
+
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+        return np.asarray(leaf)
+
+    return jax.tree_util.tree_map(fetch, tree)
+
+
 def lift(
     fn: Callable[..., Any],
     *,

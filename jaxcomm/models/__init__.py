@@ -7,9 +7,10 @@
 import jax
 import jax.numpy as jnp
 
+from jaxcomm.models.cnn import StridedCNN
 from jaxcomm.models.mlp import MLP
 
-__all__ = ["MLP", "to_unit_float"]
+__all__ = ["MLP", "StridedCNN", "to_unit_float"]
 
 
 def to_unit_float(images: jax.Array) -> jax.Array:
