@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import decision, inbox, population, runner, topology
+from jaxcomm import decision, inbox, population, runner, speed, topology
 from jaxcomm.data import ImageDataset, partition
 from jaxcomm.models import to_unit_float
 
@@ -82,7 +82,11 @@ class NetworkConfig:
       learning_rate: Adam's step size (thesis: Adam defaults, 1e-3).
       partition: one of :data:`PARTITIONS`; "iid" as the thesis.
       dirichlet_alpha: concentration of the "dirichlet" label skew.
-      backend: how per-node code is lifted, one of :data:`population.BACKENDS`.
+      backend: how per-node code is lifted: one of :data:`population.BACKENDS`, or
+        "auto" for the backend measured fastest for this model family and N
+        (:func:`jaxcomm.speed.choose_backend`).
+      step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch"
+        (one jitted call per step) or "auto" (:func:`jaxcomm.speed.choose_step_loop`).
       num_steps: training steps of :func:`train_network`.
       eval_every: steps between evaluations (one jitted chunk).
       seed: seeds the partition, the initialisation and every draw.
@@ -104,7 +108,8 @@ class NetworkConfig:
     learning_rate: float = 1e-3
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
-    backend: str = "vmap"
+    backend: str = "auto"
+    step_loop: str = "auto"
     num_steps: int = 1000
     eval_every: int = 100
     seed: int = 0
@@ -136,7 +141,8 @@ class NetworkConfig:
         _require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
         _require(_is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
                  self.dirichlet_alpha)
-        population.check_backend(self.backend)
+        population.check_backend(self.backend, allow_auto=True)
+        _require(self.step_loop in speed.STEP_LOOPS, "step_loop", f"one of {speed.STEP_LOOPS}", self.step_loop)
         _require(_is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
         _require(_is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
         _require(_is_int(self.seed), "seed", "an integer", self.seed)
@@ -231,6 +237,8 @@ class Network:
       step: ``step(state, data) -> (state, StepInfo)``, pure; jit it.
       predict: ``predict(nodes, images [M, H, W, C] uint8) -> probs [N, M, C]``, jitted.
       payload_dim: D, the width of a message's payload.
+      backend: the lift's backend ("auto" resolved).
+      step_loop: "scan" or "dispatch" ("auto" resolved).
     """
 
     config: NetworkConfig
@@ -238,6 +246,8 @@ class Network:
     step: Callable[[NetworkState, NetworkData], tuple[NetworkState, StepInfo]]
     predict: Callable[[population.NodeState, jax.Array], jax.Array]
     payload_dim: int
+    backend: str
+    step_loop: str
 
 
 def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int) -> Network:
@@ -254,6 +264,12 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
       A :class:`Network`.
     """
     n, b, content = config.num_nodes, config.batch_size, config.content
+    backend = config.backend
+    if backend == population.AUTO:
+        backend = speed.choose_backend(speed.model_family(model), n, batch_size=b)
+    step_loop = config.step_loop
+    if step_loop == "auto":
+        step_loop = speed.choose_step_loop(speed.model_family(model))
     optimizer = optax.adam(config.learning_rate)
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
     feature_shape = jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape
@@ -284,13 +300,13 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
             outgoing = {"logits": logits, "features": features, "none": payload}[content]
         return loss, (model_state, jax.lax.stop_gradient(outgoing))
 
-    node_step = population.lift(population.make_train_step(loss_fn, optimizer), backend=config.backend)
+    node_step = population.lift(population.make_train_step(loss_fn, optimizer), backend=backend)
 
     def predict_node(state: population.NodeState, images):
         (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
         return jax.nn.softmax(logits)
 
-    predict = jax.jit(population.lift(predict_node, backend=config.backend, in_axes=(0, None)))
+    predict = jax.jit(population.lift(predict_node, backend=backend, in_axes=(0, None)))
 
     def graph(key: jax.Array, step) -> jax.Array:
         if config.topology == "ring":
@@ -304,7 +320,7 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
 
     def init(key: jax.Array) -> NetworkState:
         node_key, run_key, graph_key = jax.random.split(key, 3)
-        nodes = population.init_population(init_node, node_key, n, backend=config.backend)
+        nodes = population.init_population(init_node, node_key, n, backend=backend)
         box = None
         if content != "none":
             box = inbox.init(n, config.inbox_capacity, b, payload_dim)
@@ -340,7 +356,7 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=key)
         return new_state, StepInfo(loss, got, broadcast & (content != "none"), indices, source)
 
-    return Network(config, init, step, predict, payload_dim)
+    return Network(config, init, step, predict, payload_dim, backend, step_loop)
 
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
@@ -442,7 +458,7 @@ def train_network(
     summarize = lambda info: StepInfo(info.loss, info.consumed, info.broadcast, info.indices[:, :0], info.source)
     result = runner.run_in_chunks(network.step, state, data, num_steps=config.num_steps,
                                   chunk_size=config.eval_every, summarize=summarize, on_chunk=record,
-                                  progress=progress, desc=desc)
+                                  progress=progress, desc=desc, scan=network.step_loop == "scan")
     return {"history": history, "final": history[-1] if history else None, "state": result.state,
             "steps_done": result.steps_done, "interrupted": result.interrupted,
             "train_seconds": result.seconds}

@@ -35,15 +35,17 @@ import numpy as np
 import optax
 
 BACKENDS = ("vmap", "loop", "unrolled", "map", "sharded")
+AUTO = "auto"  # resolved per model by jaxcomm.speed.choose_backend
 NODE_AXIS = "nodes"  # mesh axis name of the "sharded" backend
 
 PyTree = Any
 
 
-def check_backend(backend: str) -> None:
-    """Raises ValueError unless ``backend`` is one of :data:`BACKENDS`."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+def check_backend(backend: str, *, allow_auto: bool = False) -> None:
+    """Raises ValueError unless ``backend`` is one of :data:`BACKENDS` (or "auto")."""
+    allowed = (AUTO, *BACKENDS) if allow_auto else BACKENDS
+    if backend not in allowed:
+        raise ValueError(f"backend must be one of {allowed}, got {backend!r}")
 
 
 def num_nodes(tree: PyTree) -> int:

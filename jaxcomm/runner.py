@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from tqdm.auto import tqdm
 
 PyTree = Any
@@ -56,6 +57,29 @@ def scan_steps(step_fn: Callable, summarize: Callable = lambda info: info) -> Ca
     return jax.jit(run, static_argnums=2)
 
 
+def dispatch_steps(step_fn: Callable, summarize: Callable = lambda info: info) -> Callable:
+    """Like :func:`scan_steps`, but one jitted call per step, no loop in the program.
+
+    On CPU, XLA runs convolutions inside a loop body far slower than at the top
+    level (see :mod:`jaxcomm.speed`); a step that costs milliseconds loses
+    nothing to the per-call dispatch.
+    """
+
+    @jax.jit
+    def step(state, data):
+        state, info = step_fn(state, data)
+        return state, summarize(info)
+
+    def run(state, data, length):
+        infos = []
+        for _ in range(length):
+            state, info = step(state, data)
+            infos.append(info)
+        return state, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *infos)
+
+    return run
+
+
 def run_in_chunks(
     step_fn: Callable,
     state: PyTree,
@@ -67,6 +91,7 @@ def run_in_chunks(
     on_chunk: Callable[[int, PyTree, PyTree], dict | None] | None = None,
     progress: bool = True,
     desc: str | None = None,
+    scan: bool = True,
 ) -> RunResult:
     """Runs ``num_steps`` steps of ``step_fn`` in jitted chunks.
 
@@ -83,6 +108,8 @@ def run_in_chunks(
         a returned dict is shown beside the progress bar.
       progress: draw a tqdm bar.
       desc: the bar's label.
+      scan: run each chunk as one ``lax.scan`` (:func:`scan_steps`); False
+        dispatches one jitted call per step (:func:`dispatch_steps`).
 
     Returns:
       A :class:`RunResult`. Ctrl-C between or during chunks stops the run and
@@ -91,7 +118,7 @@ def run_in_chunks(
     """
     if num_steps < 0 or chunk_size < 1:
         raise ValueError(f"need num_steps >= 0 and chunk_size >= 1, got {num_steps}, {chunk_size}")
-    run = scan_steps(step_fn, summarize)
+    run = (scan_steps if scan else dispatch_steps)(step_fn, summarize)
     done, seconds, interrupted = 0, 0.0, False
     with tqdm(total=num_steps, desc=desc, disable=not progress, leave=False) as bar:
         try:

@@ -1,0 +1,327 @@
+"""Speed of every population backend on the thesis' three models, against the thesis' way.
+
+For each workload (student MLP 784-32-32-10, teacher MLP 784-1200-1200-10 with
+dropout, chapter-2 strided CNN of ~700k parameters) and number of nodes N, a
+fresh subprocess (so peak memory is per row) measures node-steps per second of
+the engine's network step (local minibatch sampling, uint8 gather, forward,
+backward, Adam) with each backend of :func:`jaxcomm.population.lift`, and of the
+thesis' way of running: nodes trained one after another, every node-step a
+separate compiled call (§2.2.1). It also measures the machine's float32 matmul
+rate, each row's fraction of it (XLA's FLOP count of one node-step x node-steps
+per second), the inbox's share of a step (true-label messages over a ring, best
+backend) and the state's memory per node.
+
+    python experiments/benchmark.py                  # the full table, ~15 min on 2 CPU cores
+    python experiments/benchmark.py --quick          # N <= 8, a minute (smoke test)
+    python experiments/benchmark.py --only cnn_n10   # one row
+
+Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
+for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
+Timings use real MNIST digits (the shipped sample) for the MLPs; the CNN rows
+use random uint8 32x32x3 images, since speed does not depend on pixel values.
+Writes results/benchmark/summary.json, table.md and, with --write-choices, the
+measured-best table that ``backend="auto"`` reads (jaxcomm/assets/backends.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BACKENDS = ("vmap", "unrolled", "map", "sharded")  # inside the engine's jitted scan
+MIN_SECONDS = 2.0  # timed per variant, after compilation
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    workload: str  # "student", "teacher" or "cnn"
+    num_nodes: int
+    batch_size: int = 32
+    backends: tuple[str, ...] = BACKENDS
+    baseline: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload}_n{self.num_nodes}" + ("" if self.batch_size == 32 else f"_b{self.batch_size}")
+
+
+def rows(quick: bool) -> list[Row]:
+    if quick:
+        return [Row("student", 8), Row("teacher", 1), Row("cnn", 4)]
+    out = [Row("student", n) for n in (1, 8, 64, 256)]
+    # N = 1024: 1,024 unrolled copies would take minutes to compile.
+    out.append(Row("student", 1024, backends=("vmap", "map", "sharded")))
+    out += [Row("teacher", n) for n in (1, 8, 32)]
+    for batch in (32, 64):
+        # lax.map over CNN nodes runs ~30x under the loop on CPU: measured up to N = 4 only.
+        out += [Row("cnn", n, batch, BACKENDS if n <= 4 else ("vmap", "unrolled", "sharded")) for n in (1, 4, 10, 20)]
+    # Scale: 256 CNN nodes in one process (memory per node), vmap only, no per-node baseline.
+    out.append(Row("cnn", 256, backends=("vmap",), baseline=False))
+    return out
+
+
+def model_and_data(workload: str):
+    """The workload's model and a dataset to sample from."""
+    import numpy as np
+
+    from jaxcomm import data
+    from jaxcomm.models import MLP, StridedCNN
+
+    if workload == "cnn":
+        rng = np.random.default_rng(0)
+        split = data.ImageSplit((rng.random((12_800, 32, 32, 3)) * 255).astype(np.uint8),
+                                rng.integers(0, 10, 12_800).astype(np.int32))
+        return StridedCNN(), data.ImageDataset("random-32x32x3", split, split, split, 10)
+    hidden, dropout = ((32, 32), 0.0) if workload == "student" else ((1200, 1200), 0.5)
+    return MLP(hidden=hidden, dropout=dropout), data.load_mnist_sample()
+
+
+def loop_of(net):
+    """The engine's chunk runner for this network: lax.scan or one call per step."""
+    from jaxcomm import runner
+
+    return (runner.scan_steps if net.step_loop == "scan" else runner.dispatch_steps)(net.step, lambda info: ())
+
+
+def timed(run, state, data, chunk: int) -> tuple[float, float]:
+    """(compile seconds, steps per second) of ``run(state, data, chunk)``."""
+    import jax
+
+    start = time.perf_counter()
+    state = jax.block_until_ready(run(state, data, chunk))[0]
+    compile_seconds = time.perf_counter() - start
+    steps, start = 0, time.perf_counter()
+    while steps == 0 or time.perf_counter() - start < MIN_SECONDS:
+        state = jax.block_until_ready(run(state, data, chunk))[0]
+        steps += chunk
+    return compile_seconds, steps / (time.perf_counter() - start)
+
+
+def measure_row(row: Row) -> dict:
+    """All measurements of one row, in this process."""
+    import jax
+
+    from jaxcomm import network, runner
+
+    model, dataset = model_and_data(row.workload)
+    base = network.NetworkConfig(num_nodes=row.num_nodes, content="none", batch_size=row.batch_size,
+                                 num_neighbours=min(2, row.num_nodes - 1), consume_prob=0.5,
+                                 broadcast_prob=0.25)
+    make = lambda config: network.make_network(config, model, image_shape=dataset.train.images.shape[1:],
+                                               num_classes=10)
+    # A chunk of roughly 0.1-0.5 s, so timing overhead stays small.
+    chunk = {"student": 50, "teacher": 2, "cnn": 1}[row.workload]
+    result = {"workload": row.workload, "num_nodes": row.num_nodes, "batch_size": row.batch_size}
+    per_backend, compile_seconds = {}, {}
+    for backend in row.backends:
+        net = make(base.replace(backend=backend))
+        data = network.network_data(dataset, base)
+        state = net.init(jax.random.PRNGKey(0))
+        compile_seconds[backend], steps_per_s = timed(loop_of(net), state, data, chunk)
+        per_backend[backend] = steps_per_s * row.num_nodes
+        if backend == row.backends[0]:
+            state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.nodes))
+    result.update({f"{b}_node_steps_per_s": v for b, v in per_backend.items()})
+    result["compile_seconds"] = compile_seconds
+    result["step_loop"] = net.step_loop
+
+    # The thesis' way: N one-node networks, each step a separate call, one node after another.
+    one = make(base.replace(num_nodes=1, backend="vmap", num_neighbours=0))
+    one_step = jax.jit(one.step)
+    one_state = one.init(jax.random.PRNGKey(0))
+    one_data = network.network_data(dataset, base.replace(num_nodes=1, num_neighbours=0))
+    flops = _flops(one_step, one_state, one_data)
+    if row.baseline:
+        states = [one_state] * row.num_nodes
+        states[0] = jax.block_until_ready(one_step(states[0], one_data))[0]  # compile
+        steps, start = 0, time.perf_counter()
+        while steps == 0 or time.perf_counter() - start < MIN_SECONDS:
+            states = [one_step(s, one_data)[0] for s in states]
+            jax.block_until_ready(states)
+            steps += 1
+        result["loop_node_steps_per_s"] = steps * row.num_nodes / (time.perf_counter() - start)
+    else:
+        result["loop_node_steps_per_s"] = None
+
+    best = max(per_backend, key=per_backend.get)
+    result["best_backend"] = best
+    result["best_node_steps_per_s"] = per_backend[best]
+    result["images_per_s"] = per_backend[best] * row.batch_size
+    result["flops_per_node_step"] = flops
+    result["state_mb_per_node"] = state_bytes / row.num_nodes / 2**20
+
+    # The inbox: the same network exchanging true labels over a ring, best backend.
+    if row.num_nodes > 1:
+        config = base.replace(backend=best, content="true_labels")
+        net = make(config)
+        state = net.init(jax.random.PRNGKey(0))
+        _, with_inbox = timed(loop_of(net), state, network.network_data(dataset, config), chunk)
+        result["with_inbox_node_steps_per_s"] = with_inbox * row.num_nodes
+        result["inbox_share_of_step"] = max(0.0, 1.0 - with_inbox * row.num_nodes / per_backend[best])
+        inbox_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.inbox))
+        result["inbox_mb_per_node"] = inbox_bytes / row.num_nodes / 2**20
+        result["inbox_only_share_of_step"] = _inbox_share(state, row, with_inbox)
+    if net.step_loop == "dispatch" and row.num_nodes <= 4:
+        # What lax.scan would cost here: convolutions in a loop body are slow on CPU.
+        net = make(base.replace(backend=best, step_loop="scan"))
+        state = net.init(jax.random.PRNGKey(0))
+        _, in_scan = timed(runner.scan_steps(net.step, lambda info: ()), state, network.network_data(dataset, base), 1)
+        result["scan_node_steps_per_s"] = in_scan * row.num_nodes
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["rss_mb_per_node"] = result["peak_rss_mb"] / row.num_nodes
+    return result
+
+
+def _inbox_share(state, row: Row, steps_per_s: float) -> float:
+    """Seconds of the inbox's pop + push alone, as a fraction of a whole step's seconds."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxcomm import inbox, topology
+
+    adj = jnp.asarray(topology.ring(row.num_nodes, min(2, row.num_nodes - 1)))
+    n = row.num_nodes
+
+    def exchange(box, _, length):
+        def body(box, key):
+            want, send = jax.random.bernoulli(key, 0.5, (2, n))
+            box, message, _ = inbox.pop(box, want)
+            return inbox.push(box, message._replace(sender=jnp.arange(n, dtype=jnp.int32)), send, adj), None
+
+        return jax.lax.scan(body, box, jax.random.split(jax.random.PRNGKey(0), length))
+
+    _, exchanges_per_s = timed(jax.jit(exchange, static_argnums=2), state.inbox, None, 200)
+    return steps_per_s / exchanges_per_s
+
+
+def _flops(step, state, data) -> float | None:
+    try:
+        cost = step.lower(state, data).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        return float(cost["flops"])
+    except Exception:  # cost analysis is best effort and backend-specific
+        return None
+
+
+def matmul_gflops(size: int = 2048) -> float:
+    """The machine's float32 matmul rate, GFLOP/s (best of a few runs)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(matmul(a))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        jax.block_until_ready(matmul(a))
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def run_rows(selected: list[Row], timeout: int) -> dict:
+    """Each row in its own interpreter, so that its peak memory is its own."""
+    results = {}
+    for row in selected:
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(dataclasses.asdict(row))],
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        if proc.returncode:
+            print(f"{row.name}: FAILED\n{proc.stderr[-3000:]}", file=sys.stderr)
+            results[row.name] = {"error": proc.stderr[-1000:]}
+            continue
+        results[row.name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        r = results[row.name]
+        print(f"{row.name:>14}: best {r['best_backend']:>8} {r['best_node_steps_per_s']:9.1f} node-steps/s"
+              f" (loop {r['loop_node_steps_per_s'] or float('nan'):9.1f}), {time.perf_counter() - start:.0f} s",
+              flush=True)
+    return results
+
+
+def format_table(summary: dict) -> str:
+    peak = summary["matmul_gflops"]
+    lines = [
+        f"Machine: {summary['device']}; float32 matmul {peak:.1f} GFLOP/s (2048^2, best of 5).",
+        f"Command: `{summary['command']}`; wall time {summary['wall_seconds']:.0f} s.",
+        "",
+        "Node-steps per second (one node's forward + backward + Adam on a minibatch, inside the engine's "
+        "jitted scan); `loop` is the thesis' way (each node-step a separate call, nodes one after another). "
+        "`x loop` = best / loop. `% peak` = XLA FLOPs of a node-step x best rate / matmul rate.",
+        "",
+        "| row | loop | vmap | unrolled | map | sharded | best | x loop | images/s | % peak | inbox share |"
+        " state MB/node | peak RSS MB |",
+        "|---|" + "---|" * 12,
+    ]
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+    for name, r in summary["rows"].items():
+        if "error" in r:
+            lines.append(f"| {name} | failed |" + " |" * 11)
+            continue
+        loop = r.get("loop_node_steps_per_s")
+        ratio = r["best_node_steps_per_s"] / loop if loop else None
+        frac = r.get("fraction_of_matmul_peak")
+        share = r.get("inbox_share_of_step")
+        lines.append(
+            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in BACKENDS)
+            + f" | {r['best_backend']} | {fmt(ratio)} | {r['images_per_s']:.0f} | "
+            + ("-" if frac is None else f"{100 * frac:.0f}%") + " | "
+            + ("-" if share is None else f"{100 * share:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
+            + f"{r['peak_rss_mb']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="three small rows (smoke test)")
+    parser.add_argument("--only", nargs="+", default=None, help="row names to run, e.g. student_n64 cnn_n10")
+    parser.add_argument("--out", default=str(ROOT / "results" / "benchmark"), help="results folder")
+    parser.add_argument("--write-choices", action="store_true",
+                        help="also write the measured-best backends to jaxcomm/assets/backends.json")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
+    parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        print(json.dumps(measure_row(Row(**{k: tuple(v) if isinstance(v, list) else v
+                                          for k, v in json.loads(args.measure).items()}))))
+        return 0
+    from jaxcomm import experiment, speed
+
+    selected = rows(args.quick)
+    if args.only:
+        known = {r.name: r for r in rows(False) + rows(True)}
+        unknown = sorted(set(args.only) - set(known))
+        if unknown:
+            parser.error(f"unknown rows {unknown}; rows are: {', '.join(known)}")
+        selected = [known[name] for name in args.only]
+    start = time.perf_counter()
+    peak = matmul_gflops()
+    print(f"float32 matmul: {peak:.1f} GFLOP/s", flush=True)
+    results = run_rows(selected, args.timeout)
+    for r in results.values():
+        if "error" not in r and r.get("flops_per_node_step"):
+            r["fraction_of_matmul_peak"] = r["flops_per_node_step"] * r["best_node_steps_per_s"] / (peak * 1e9)
+        elif "error" not in r:
+            r["fraction_of_matmul_peak"] = None
+    path = experiment.write_summary(args.out, experiment="benchmark", preset="quick" if args.quick else "full",
+                                    rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak)
+    summary = json.loads(path.read_text())
+    table = format_table(summary)
+    (pathlib.Path(args.out) / "table.md").write_text("# Benchmark: node-steps per second by backend\n\n"
+                                                      + table + "\n")
+    print(table)
+    if args.write_choices:
+        print(f"wrote {speed.write_backend_choices(summary)}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.exit(main())
