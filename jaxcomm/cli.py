@@ -7,6 +7,7 @@ import sys
 import time
 
 from jaxcomm.data import DATA_DIR_ENV, DataError
+from jaxcomm.population import AUTO, BACKENDS
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -14,7 +15,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     config = demo.DemoConfig(dataset=args.dataset, data_dir=args.data_dir, num_nodes=args.nodes,
                              num_neighbours=args.neighbours, num_steps=args.steps,
-                             hidden=tuple(args.hidden), seed=args.seed, num_seeds=args.seeds)
+                             hidden=tuple(args.hidden), seed=args.seed, num_seeds=args.seeds, backend=args.backend)
     start = time.perf_counter()
     result = demo.run(config, progress=not args.no_progress)
     print(f"\n{config.num_nodes} MLP nodes ({'-'.join(map(str, (784, *config.hidden, 10)))}), "
@@ -46,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--hidden", type=int, nargs="+", default=[64], help="hidden widths of each MLP (default 64)")
     demo.add_argument("--seed", type=int, default=0, help="first random seed (default 0)")
     demo.add_argument("--seeds", type=int, default=3, help="runs per network, seeds seed.. (default 3)")
+    demo.add_argument("--backend", default="auto", choices=(AUTO, *BACKENDS),
+                      help="how nodes are run: auto (measured fastest, default), or a backend; 'sharded' "
+                           "spreads nodes over all devices")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
     return parser

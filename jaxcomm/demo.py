@@ -34,6 +34,7 @@ class DemoConfig:
       hidden: widths of each node's MLP.
       seed: the first seed; runs use ``seed, seed + 1, ...``.
       num_seeds: runs per network; the table shows mean and standard deviation.
+      backend: how the nodes are lifted ("auto" or one of jaxcomm.population.BACKENDS).
     """
 
     dataset: str = "mnist_sample"
@@ -44,6 +45,7 @@ class DemoConfig:
     hidden: tuple[int, ...] = (64,)
     seed: int = 0
     num_seeds: int = 3
+    backend: str = "auto"
 
     def networks(self) -> dict[str, NetworkConfig]:
         """The two networks compared, validated before any data is read."""
@@ -53,7 +55,7 @@ class DemoConfig:
             # Each node then receives p * p_b = p_c messages a step on average: the
             # inbox neither starves nor overflows (the thesis' equilibrium, §2.3.1.2).
             broadcast_prob=0.5 / max(self.num_neighbours, 1),
-            num_steps=self.num_steps, eval_every=max(self.num_steps // 5, 1), seed=self.seed,
+            num_steps=self.num_steps, eval_every=max(self.num_steps // 5, 1), seed=self.seed, backend=self.backend,
         )
         return {"isolated": base.replace(content="none"), "sharing true labels": base.replace(content="true_labels")}
 
