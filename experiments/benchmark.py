@@ -47,6 +47,7 @@ class Row:
     batch_size: int = 32
     backends: tuple[str, ...] = BACKENDS
     baseline: bool = True
+    step_loops: tuple[str, ...] = ("scan", "dispatch")
 
     @property
     def name(self) -> str:
@@ -55,16 +56,19 @@ class Row:
 
 def rows(quick: bool) -> list[Row]:
     if quick:
-        return [Row("student", 8), Row("teacher", 1), Row("cnn", 4)]
+        return [Row("student", 8), Row("teacher", 1), Row("cnn", 4, step_loops=("dispatch",))]
     out = [Row("student", n) for n in (1, 8, 64, 256)]
     # N = 1024: 1,024 unrolled copies would take minutes to compile.
     out.append(Row("student", 1024, backends=("vmap", "map", "sharded")))
     out += [Row("teacher", n) for n in (1, 8, 32)]
     for batch in (32, 64):
         # lax.map over CNN nodes runs ~30x under the loop on CPU: measured up to N = 4 only.
-        out += [Row("cnn", n, batch, BACKENDS if n <= 4 else ("vmap", "unrolled", "sharded")) for n in (1, 4, 10, 20)]
+        # Convolutions in a scan body run ~20x slower on CPU: CNN steps are dispatched
+        # (the scan penalty is measured once per row with N <= 4).
+        out += [Row("cnn", n, batch, BACKENDS if n <= 4 else ("vmap", "unrolled", "sharded"), step_loops=("dispatch",))
+                for n in (1, 4, 10, 20)]
     # Scale: 256 CNN nodes in one process (memory per node), vmap only, no per-node baseline.
-    out.append(Row("cnn", 256, backends=("vmap",), baseline=False))
+    out.append(Row("cnn", 256, backends=("vmap",), baseline=False, step_loops=("dispatch",)))
     return out
 
 
@@ -120,18 +124,19 @@ def measure_row(row: Row) -> dict:
     # A chunk of roughly 0.1-0.5 s, so timing overhead stays small.
     chunk = {"student": 50, "teacher": 2, "cnn": 1}[row.workload]
     result = {"workload": row.workload, "num_nodes": row.num_nodes, "batch_size": row.batch_size}
-    per_backend, compile_seconds = {}, {}
+    speeds, compile_seconds = {}, {}
     for backend in row.backends:
-        net = make(base.replace(backend=backend))
-        data = network.network_data(dataset, base)
-        state = net.init(jax.random.PRNGKey(0))
-        compile_seconds[backend], steps_per_s = timed(loop_of(net), state, data, chunk)
-        per_backend[backend] = steps_per_s * row.num_nodes
-        if backend == row.backends[0]:
-            state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.nodes))
+        for step_loop in row.step_loops:
+            net = make(base.replace(backend=backend, step_loop=step_loop))
+            data = network.network_data(dataset, base)
+            state = net.init(jax.random.PRNGKey(0))
+            compile_seconds[f"{backend}_{step_loop}"], steps_per_s = timed(loop_of(net), state, data, chunk)
+            speeds[backend, step_loop] = steps_per_s * row.num_nodes
+    state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.nodes))
+    result.update({f"{b}_{s}_node_steps_per_s": v for (b, s), v in speeds.items()})
+    per_backend = {b: max(v for (bb, _), v in speeds.items() if bb == b) for b in row.backends}
     result.update({f"{b}_node_steps_per_s": v for b, v in per_backend.items()})
     result["compile_seconds"] = compile_seconds
-    result["step_loop"] = net.step_loop
 
     # The thesis' way: N one-node networks, each step a separate call, one node after another.
     one = make(base.replace(num_nodes=1, backend="vmap", num_neighbours=0))
@@ -151,16 +156,16 @@ def measure_row(row: Row) -> dict:
     else:
         result["loop_node_steps_per_s"] = None
 
-    best = max(per_backend, key=per_backend.get)
-    result["best_backend"] = best
-    result["best_node_steps_per_s"] = per_backend[best]
+    best, best_loop = max(speeds, key=speeds.get)
+    result["best_backend"], result["best_step_loop"] = best, best_loop
+    result["best_node_steps_per_s"] = speeds[best, best_loop]
     result["images_per_s"] = per_backend[best] * row.batch_size
     result["flops_per_node_step"] = flops
     result["state_mb_per_node"] = state_bytes / row.num_nodes / 2**20
 
     # The inbox: the same network exchanging true labels over a ring, best backend.
     if row.num_nodes > 1:
-        config = base.replace(backend=best, content="true_labels")
+        config = base.replace(backend=best, step_loop=best_loop, content="true_labels")
         net = make(config)
         state = net.init(jax.random.PRNGKey(0))
         _, with_inbox = timed(loop_of(net), state, network.network_data(dataset, config), chunk)
@@ -169,7 +174,7 @@ def measure_row(row: Row) -> dict:
         inbox_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.inbox))
         result["inbox_mb_per_node"] = inbox_bytes / row.num_nodes / 2**20
         result["inbox_only_share_of_step"] = _inbox_share(state, row, with_inbox)
-    if net.step_loop == "dispatch" and row.num_nodes <= 4:
+    if row.step_loops == ("dispatch",) and row.num_nodes <= 4:
         # What lax.scan would cost here: convolutions in a loop body are slow on CPU.
         net = make(base.replace(backend=best, step_loop="scan"))
         state = net.init(jax.random.PRNGKey(0))
@@ -240,7 +245,8 @@ def run_rows(selected: list[Row], timeout: int) -> dict:
             continue
         results[row.name] = json.loads(proc.stdout.strip().splitlines()[-1])
         r = results[row.name]
-        print(f"{row.name:>14}: best {r['best_backend']:>8} {r['best_node_steps_per_s']:9.1f} node-steps/s"
+        print(f"{row.name:>14}: best {r['best_backend']:>8}/{r['best_step_loop']:<8} "
+              f"{r['best_node_steps_per_s']:9.1f} node-steps/s"
               f" (loop {r['loop_node_steps_per_s'] or float('nan'):9.1f}), {time.perf_counter() - start:.0f} s",
               flush=True)
     return results
@@ -252,28 +258,32 @@ def format_table(summary: dict) -> str:
         f"Machine: {summary['device']}; float32 matmul {peak:.1f} GFLOP/s (2048^2, best of 5).",
         f"Command: `{summary['command']}`; wall time {summary['wall_seconds']:.0f} s.",
         "",
-        "Node-steps per second (one node's forward + backward + Adam on a minibatch, inside the engine's "
-        "jitted scan); `loop` is the thesis' way (each node-step a separate call, nodes one after another). "
-        "`x loop` = best / loop. `% peak` = XLA FLOPs of a node-step x best rate / matmul rate.",
+        "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
+        "each backend's better step loop, `lax.scan` over steps or one jitted call per step); `loop` is the "
+        "thesis' way (each node-step a separate call, nodes one after another). `x loop` = best / loop. "
+        "`% peak` = XLA FLOPs of a node-step x best rate / matmul rate. `inbox share` = the inbox's pop + push "
+        "alone over a whole step (true labels over a ring); `with inbox` = the drop in node-steps/s when the "
+        "nodes exchange true labels (consumed minibatches included).",
         "",
         "| row | loop | vmap | unrolled | map | sharded | best | x loop | images/s | % peak | inbox share |"
-        " state MB/node | peak RSS MB |",
-        "|---|" + "---|" * 12,
+        " with inbox | state MB/node | peak RSS MB |",
+        "|---|" + "---|" * 13,
     ]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
     for name, r in summary["rows"].items():
         if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * 11)
+            lines.append(f"| {name} | failed |" + " |" * 12)
             continue
         loop = r.get("loop_node_steps_per_s")
         ratio = r["best_node_steps_per_s"] / loop if loop else None
         frac = r.get("fraction_of_matmul_peak")
-        share = r.get("inbox_share_of_step")
+        share, drop = r.get("inbox_only_share_of_step"), r.get("inbox_share_of_step")
         lines.append(
             f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in BACKENDS)
-            + f" | {r['best_backend']} | {fmt(ratio)} | {r['images_per_s']:.0f} | "
+            + f" | {r['best_backend']}/{r['best_step_loop']} | {fmt(ratio)} | {r['images_per_s']:.0f} | "
             + ("-" if frac is None else f"{100 * frac:.0f}%") + " | "
-            + ("-" if share is None else f"{100 * share:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
+            + ("-" if share is None else f"{100 * share:.2f}%") + " | "
+            + ("-" if drop is None else f"-{100 * drop:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
             + f"{r['peak_rss_mb']:.0f} |")
     return "\n".join(lines)
 

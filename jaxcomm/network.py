@@ -84,9 +84,10 @@ class NetworkConfig:
       dirichlet_alpha: concentration of the "dirichlet" label skew.
       backend: how per-node code is lifted: one of :data:`population.BACKENDS`, or
         "auto" for the backend measured fastest for this model family and N
-        (:func:`jaxcomm.speed.choose_backend`).
+        (:func:`jaxcomm.speed.choose`).
       step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch"
-        (one jitted call per step) or "auto" (:func:`jaxcomm.speed.choose_step_loop`).
+        (one jitted call per step) or "auto" (measured fastest with the backend,
+        :func:`jaxcomm.speed.choose`).
       num_steps: training steps of :func:`train_network`.
       eval_every: steps between evaluations (one jitted chunk).
       seed: seeds the partition, the initialisation and every draw.
@@ -142,7 +143,8 @@ class NetworkConfig:
         _require(_is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
                  self.dirichlet_alpha)
         population.check_backend(self.backend, allow_auto=True)
-        _require(self.step_loop in speed.STEP_LOOPS, "step_loop", f"one of {speed.STEP_LOOPS}", self.step_loop)
+        loops = (population.AUTO, *speed.STEP_LOOPS)
+        _require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
         _require(_is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
         _require(_is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
         _require(_is_int(self.seed), "seed", "an integer", self.seed)
@@ -264,12 +266,8 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
       A :class:`Network`.
     """
     n, b, content = config.num_nodes, config.batch_size, config.content
-    backend = config.backend
-    if backend == population.AUTO:
-        backend = speed.choose_backend(speed.model_family(model), n, batch_size=b)
-    step_loop = config.step_loop
-    if step_loop == "auto":
-        step_loop = speed.choose_step_loop(speed.model_family(model))
+    backend, step_loop = speed.choose(speed.model_family(model), n, batch_size=b, backend=config.backend,
+                                      step_loop=config.step_loop)
     optimizer = optax.adam(config.learning_rate)
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
     feature_shape = jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape

@@ -2,14 +2,19 @@
 
 Two choices depend on the model and the device, and no single answer is right:
 
-* the backend of :func:`jaxcomm.population.lift` (measured by
-  ``experiments/benchmark.py``: vmap wins for small MLPs, unrolling for CNNs on
-  CPU, where vmapped convolution kernels become slow grouped convolutions);
+* the backend of :func:`jaxcomm.population.lift`: vmap wins for small MLPs,
+  unrolling for CNNs on CPU, where vmapped convolution kernels become slow
+  grouped convolutions;
 * whether a chunk of steps runs as one ``lax.scan`` or as one jitted call per
-  step: on CPU, XLA runs convolutions inside a loop body about 20x slower than
-  the same convolutions at the top level of a program (measured: 0.9 s against
-  0.04 s for one step of the chapter-2 CNN), so CNN steps are dispatched one
-  call at a time there, while MLP steps run in ``lax.scan``.
+  step ("dispatch"): on CPU, XLA runs convolutions inside a loop body about 20x
+  slower than the same convolutions at the top level of a program (measured:
+  0.9 s against 0.04 s for one step of the chapter-2 CNN), and wide matmuls
+  lose too, while small MLP steps are dominated by the per-call overhead that
+  a scan removes.
+
+``experiments/benchmark.py --write-choices`` measures every (backend, step loop)
+pair per model family and N and records the ranking in
+``jaxcomm/assets/backends.json``; :func:`choose` reads it.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxcomm.population import BACKENDS
+from jaxcomm.population import AUTO, BACKENDS
 
 UNROLL_LIMIT = 64  # "auto" never unrolls more nodes than this: compile time grows with N
-STEP_LOOPS = ("auto", "scan", "dispatch")
+STEP_LOOPS = ("scan", "dispatch")
 _CHOICES_FILE = pathlib.Path(__file__).parent / "assets" / "backends.json"
 
 
@@ -46,56 +51,70 @@ def _load_choices() -> dict:
         return {}
 
 
-def choose_backend(family: str, num_nodes: int, *, batch_size: int = 32, platform: str | None = None) -> str:
-    """The fastest backend measured for the nearest benchmark row, or a rule of thumb.
+def rule_of_thumb(family: str, num_nodes: int, *, platform: str) -> tuple[str, str]:
+    """The choice without measurements: see the module docstring."""
+    if platform != "cpu":
+        return "vmap", "scan"
+    if family == "cnn":
+        return ("unrolled" if num_nodes <= UNROLL_LIMIT else "vmap"), "dispatch"
+    return "vmap", "scan"
 
-    ``experiments/benchmark.py --write-choices`` records, per platform and model
-    family, every backend's speed ranking at each measured (N, batch size); the
-    row nearest in log N and log batch size decides. "unrolled" is skipped
-    above :data:`UNROLL_LIMIT` nodes (compile time grows with N). Without
-    measurements: "unrolled" for CNNs on CPU (vmapped convolutions become slow
-    grouped convolutions), "vmap" otherwise.
+
+def choose(
+    family: str,
+    num_nodes: int,
+    *,
+    batch_size: int = 32,
+    platform: str | None = None,
+    backend: str = AUTO,
+    step_loop: str = AUTO,
+) -> tuple[str, str]:
+    """The fastest (backend, step loop) measured for the nearest benchmark row.
+
+    The measured row nearest in log N and log batch size decides; its ranking
+    is read from the fastest down, skipping pairs that contradict a choice the
+    caller fixed (``backend`` or ``step_loop`` other than "auto") and
+    "unrolled" above :data:`UNROLL_LIMIT` nodes. Without measurements for this
+    platform and family, :func:`rule_of_thumb`.
 
     Args:
       family: from :func:`model_family`.
       num_nodes: N.
       batch_size: per-node minibatch.
       platform: "cpu", "gpu", "tpu"; default ``jax.default_backend()``.
+      backend: "auto" or a fixed backend.
+      step_loop: "auto" or a fixed step loop.
+
+    Returns:
+      ``(backend, step_loop)``, neither "auto".
     """
     platform = platform or jax.default_backend()
-    allowed = [b for b in BACKENDS if b != "unrolled" or num_nodes <= UNROLL_LIMIT]
+    fits = lambda b, s: ((backend in (AUTO, b)) and (step_loop in (AUTO, s))
+                         and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b))
     measured = _load_choices().get(platform, {}).get(family)
     if measured:
-        distance = lambda entry: abs(np.log(entry["num_nodes"] / num_nodes)) + abs(np.log(entry["batch_size"] /
-                                                                                         batch_size))
-        ranking = min(measured, key=distance)["ranking"]
-        for backend in ranking:
-            if backend in allowed:
-                return backend
-    if family == "cnn" and platform == "cpu" and "unrolled" in allowed:
-        return "unrolled"
-    return "vmap"
+        distance = lambda e: abs(np.log(e["num_nodes"] / num_nodes)) + abs(np.log(e["batch_size"] / batch_size))
+        for b, s in min(measured, key=distance)["ranking"]:
+            if fits(b, s):
+                return b, s
+    default_backend, default_loop = rule_of_thumb(family, num_nodes, platform=platform)
+    return (default_backend if backend == AUTO else backend), (default_loop if step_loop == AUTO else step_loop)
 
 
 def write_backend_choices(summary: dict, platform: str | None = None) -> pathlib.Path:
-    """Records a benchmark summary's rankings for :func:`choose_backend` (other platforms kept)."""
+    """Records a benchmark summary's rankings for :func:`choose` (other platforms kept)."""
     platform = platform or jax.default_backend()
     table: dict[str, list] = {}
     for row in summary["rows"].values():
-        speeds = {b: row.get(f"{b}_node_steps_per_s") for b in BACKENDS}
-        speeds = {b: v for b, v in speeds.items() if v}
-        if "error" in row or not speeds:
+        if "error" in row:
             continue
-        table.setdefault(row["workload"], []).append({
-            "num_nodes": row["num_nodes"], "batch_size": row["batch_size"],
-            "ranking": sorted(speeds, key=speeds.get, reverse=True)})
+        speeds = {(b, s): row.get(f"{b}_{s}_node_steps_per_s") for b in BACKENDS for s in STEP_LOOPS}
+        speeds = {pair: v for pair, v in speeds.items() if v}
+        if speeds:
+            table.setdefault(row["workload"], []).append({
+                "num_nodes": row["num_nodes"], "batch_size": row["batch_size"],
+                "ranking": [list(pair) for pair in sorted(speeds, key=speeds.get, reverse=True)]})
     choices = _load_choices()
     choices[platform] = table
     _CHOICES_FILE.write_text(json.dumps(choices, indent=1) + "\n")
     return _CHOICES_FILE
-
-
-def choose_step_loop(family: str, *, platform: str | None = None) -> str:
-    """ "dispatch" (one jitted call per step) for CNNs on CPU, else "scan"."""
-    platform = platform or jax.default_backend()
-    return "dispatch" if family == "cnn" and platform == "cpu" else "scan"
