@@ -105,7 +105,8 @@ class TeacherSelectionConfig:
       study_max_updates: update budget of study students.
       warmup_updates: plain updates (random minibatch, true labels) before selection starts,
         the remedy the study measures against collapse.
-      timing_updates: updates of the solo timing run per stack size (wall seconds per update).
+      timing_updates: updates of the solo timing run per stack size (wall seconds per update);
+        0 skips it (wall-clock metrics are then null).
       padding: "by_stack" pads each group of equal-n students only to its own n (same step, no
         wasted forward passes); "all" pads every stack to the population's largest n.
       backend: how per-student code is lifted (:data:`jaxcomm.population.BACKENDS`).
@@ -119,8 +120,8 @@ class TeacherSelectionConfig:
     teacher_hidden: tuple[int, ...] = (1200, 1200)
     teacher_dropout: float = 0.5
     teacher_batch_size: int = 128
-    teacher_max_epochs: int = 10
-    teacher_patience: int = 3
+    teacher_max_epochs: int = 20
+    teacher_patience: int = 5
     teacher_seed: int = 0
     cache_dir: str = "~/.cache/jaxcomm"
     student_hidden: tuple[int, ...] = (32, 32)
@@ -152,7 +153,7 @@ class TeacherSelectionConfig:
                  "a probability in [0, 1)", self.teacher_dropout)
         for name in ("teacher_batch_size", "teacher_max_epochs", "teacher_patience", "batch_size", "seeds",
                      "max_updates", "patience_epochs", "eval_every", "study_seeds", "study_max_updates",
-                     "timing_updates", "map_batch_size"):
+                     "map_batch_size"):
             value = getattr(self, name)
             _require(_is_int(value) and value >= 1, name, "an integer >= 1", value)
         _require(_is_int(self.teacher_seed), "teacher_seed", "an integer", self.teacher_seed)
@@ -165,6 +166,8 @@ class TeacherSelectionConfig:
         _require(isinstance(self.study_stack_sizes, tuple) and all(_is_int(n) and n >= 1
                                                                    for n in self.study_stack_sizes),
                  "study_stack_sizes", "a tuple of integers >= 1", self.study_stack_sizes)
+        _require(_is_int(self.timing_updates) and self.timing_updates >= 0, "timing_updates",
+                 "an integer >= 0 (0 skips the timing)", self.timing_updates)
         _require(_is_int(self.warmup_updates) and self.warmup_updates >= 0, "warmup_updates", "an integer >= 0",
                  self.warmup_updates)
         _require(self.padding in PADDINGS, "padding", f"one of {PADDINGS}", self.padding)
@@ -174,8 +177,8 @@ class TeacherSelectionConfig:
 
 def cpu_config() -> TeacherSelectionConfig:
     """The thesis protocol scaled to finish in under 30 minutes on 2 CPU cores (see table.md)."""
-    return TeacherSelectionConfig(seeds=5, max_updates=20_000, eval_every=250, study_seeds=3,
-                                  study_max_updates=6000, study_stack_sizes=(10, 20, 50, 100))
+    return TeacherSelectionConfig(seeds=8, max_updates=40_000, eval_every=250, study_seeds=5,
+                                  study_max_updates=8000, study_stack_sizes=(10, 20, 50, 100))
 
 
 def thesis_config() -> TeacherSelectionConfig:
@@ -191,7 +194,7 @@ def smoke_config() -> TeacherSelectionConfig:
                                                                           "stack5_ce_true"),
                                   seeds=2, max_updates=200, patience_epochs=20, eval_every=100,
                                   study_stack_sizes=(10,), study_seeds=1, study_max_updates=100,
-                                  warmup_updates=50, timing_updates=20)
+                                  warmup_updates=50, timing_updates=0)
 
 
 PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
@@ -625,7 +628,7 @@ def row_metrics(students: Sequence[dict], seconds_per_update: dict[int, float]) 
     n = first["stack_size"]
     out["forward_passes_to_96_5"] = None if med is None else forward_passes(first, med)
     out["compute_units_to_96_5"] = None if med is None else compute_units(first, med)
-    if med is None:
+    if med is None or n not in seconds_per_update or 1 not in seconds_per_update:
         out["wall_seconds_to_96_5"] = None
     else:
         plain = min(med, first["warmup"])
@@ -679,7 +682,8 @@ def run(config: TeacherSelectionConfig, *, progress: bool = True) -> dict:
                                                max_updates=config.study_max_updates, stop_at=max(THRESHOLDS),
                                                progress=progress, desc=f"stack {n}")
     stack_sizes = sorted({1, *(s for s, _, _ in (TABLE_ROWS[r] for r in config.rows)), *config.study_stack_sizes})
-    seconds_per_update = {n: time_per_update(config, dataset, arrays, n) for n in stack_sizes}
+    seconds_per_update = {n: time_per_update(config, dataset, arrays, n) for n in stack_sizes
+                          if config.timing_updates}
 
     by_row: dict[str, list[dict]] = {}
     for group in groups.values():
@@ -702,8 +706,231 @@ def run(config: TeacherSelectionConfig, *, progress: bool = True) -> dict:
                                            len(dataset.test.labels)]}}
 
 
+FIG_LEFT = ("baseline", "stack2_ce_soft", "stack2_ce_true", "stack2_euclid_soft", "stack2_random_soft")
+FIG_RIGHT = ("baseline", "stack2_ce_soft", "stack5_ce_soft", "stack5_ce_true", "stack5_learn_true")
+LABELS = {"baseline": "baseline (no teacher, true labels)", "stack2_ce_soft": "stack 2, cross-entropy, soft labels",
+          "stack2_ce_true": "stack 2, cross-entropy, true labels",
+          "stack2_euclid_soft": "stack 2, Euclidean, soft labels", "stack2_random_soft": "stack 2, random, soft labels",
+          "stack5_ce_soft": "stack 5, cross-entropy, soft labels",
+          "stack5_ce_true": "stack 5, cross-entropy, true labels",
+          "stack5_learn_true": "stack 5, learnability, true labels (beyond thesis)"}
+
+
+def _read_run(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
+    summary = json.loads((out_dir / "summary.json").read_text())
+    curves = [json.loads(line) for line in (out_dir / "curves.jsonl").read_text().splitlines() if line.strip()]
+    return summary, curves
+
+
+def _mean_band(students: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps, mean, min and max of validation accuracy over seeds, up to the shortest curve."""
+    length = min(len(s["steps"]) for s in students)
+    acc = np.asarray([s["val_accuracy"][:length] for s in students])
+    return np.asarray(students[0]["steps"][:length]), acc.mean(0), acc.min(0), acc.max(0)
+
+
+def plot_fig3_1(curves: list[dict], path: pathlib.Path) -> None:
+    """Thesis Fig. 3.1: validation accuracy vs student backward passes, mean over seeds, min-max band."""
+    import matplotlib  # noqa: PLC0415  (plotting is optional for the library)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    table = [c for c in curves if c["group"] == "table"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for ax, rows, title in ((axes[0], FIG_LEFT, "stack of 2 minibatches"),
+                            (axes[1], FIG_RIGHT, "stack of 5 minibatches")):
+        for row in rows:
+            students = [c for c in table if c["row"] == row]
+            if not students:
+                continue
+            steps, mean, low, high = _mean_band(students)
+            style = "--" if row == "stack5_learn_true" else "-"
+            line, = ax.plot(steps, mean, style, color=f"C{list(LABELS).index(row)}",
+                            label=f"{LABELS[row]} ({len(students)} seeds)")
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        for threshold in THRESHOLDS:
+            ax.axhline(threshold, color="grey", linewidth=0.6, linestyle=":")
+        ax.set_ylim(92, 98)
+        ax.set_xlabel("student backward passes (parameter updates)")
+        ax.set_title(title)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("validation accuracy (%)  mean over seeds, band = min..max")
+    fig.suptitle("Teacher selects the student's minibatch (MNIST, student 784-32-32-10, m = 32); "
+                 "dotted: 96.5 % and 96.8 %", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def study_rows(summary: dict) -> list[tuple[int, str | None, str | None]]:
+    """(n, row without warm-up, row with warm-up) of the stack-size study, n = 1, 2, 5 from the table."""
+    rows = summary["rows"]
+    sizes = sorted({r["stack_size"] for r in rows.values()})
+    out = []
+    for n in sizes:
+        plain = {1: "baseline"}.get(n, f"stack{n}_ce_soft")
+        warm = f"stack{n}_ce_soft_warmup"
+        out.append((n, plain if plain in rows else None, warm if warm in rows else None))
+    return out
+
+
+def plot_stack_sizes(summary: dict, path: pathlib.Path) -> None:
+    """Updates and compute to the baseline's accuracy level (96.5 %) vs stack size n, with and without warm-up."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    rows, study = summary["rows"], study_rows(summary)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for key, ax, ylabel in (("updates_to_96_5", axes[0], "median backward passes to 96.5 % validation"),
+                            ("compute_units_to_96_5", axes[1], "median compute to 96.5 % (forward 1, backward 2)")):
+        notes = []
+        for variant, marker, label in ((1, "o-", "no warm-up"),
+                                       (2, "s--", f"warm-up: {summary['config']['warmup_updates']} plain updates")):
+            points = [(n, rows[names[variant]]) for names in study for n in [names[0]] if names[variant] is not None]
+            if variant == 2 and points:  # n = 1 has nothing to warm up: start from the baseline
+                points = [(1, rows["baseline"])] + points
+            reached = [(n, r[key]) for n, r in points if r[key] is not None]
+            if reached:
+                ax.plot(*zip(*reached, strict=True), marker, label=label, color=f"C{variant - 1}")
+            for n, r in points:
+                text = ("not reached; " if r[key] is None else "") + (
+                    f"{r['collapsed_seeds']}/{r['seeds']} collapsed" if r["collapsed_seeds"] else "")
+                if text:
+                    notes.append((n, r[key], text.rstrip("; "), variant))
+        base = rows["baseline"][key]
+        if base is not None:
+            ax.axhline(base, color="grey", linewidth=0.8, linestyle=":", label="baseline")
+        for n, value, text, variant in notes:
+            if value is not None:
+                ax.annotate(text, (n, value), fontsize=7, color=f"C{variant - 1}", textcoords="offset points",
+                            xytext=(4, -12 * variant + 6))
+            else:  # vertical, side by side: one column per variant
+                ax.annotate(text, (n, 0.35), xycoords=ax.get_xaxis_transform(), fontsize=7, rotation=90,
+                            color=f"C{variant - 1}", textcoords="offset points", xytext=(-10 + 10 * variant, 0))
+        ax.set_xscale("log")
+        ax.set_xlim(0.8, 2.5 * max(n for n, _, _ in study))  # room for the notes right of the last n
+        ax.set_xticks([n for n, _, _ in study], [str(n) for n, _, _ in study])
+        ax.set_xlabel("teacher stack size n (minibatches the teacher chooses from)")
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.suptitle("Stack-size study: cross-entropy selection, soft labels (median over seeds; n = 1 is the "
+                 "baseline)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "n.r."
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def table_markdown(summary: dict) -> str:
+    """table.md: thesis Table 3.1 beside the measured numbers, the study, and the choices made."""
+    rows, config, teacher_info = summary["rows"], summary["config"], summary["teacher"]
+    lines = ["# Chapter 3: a teacher selects the student's training data (MNIST): Table 3.1 and Figure 3.1", "",
+             f"Command: `{summary['command']}`  ", f"Preset `{summary['preset']}`, wall time "
+             f"{summary['wall_seconds']:.0f} s on {summary['device']} (2-core CPU, no GPU); commit "
+             f"`{summary['git_commit']}`.  ",
+             f"Teacher {'loaded from the cache' if teacher_info.get('cached') else 'trained in this run'} "
+             f"(784-{'-'.join(map(str, config['teacher_hidden']))}-10, dropout {config['teacher_dropout']}, "
+             f"{teacher_info['epochs']} epochs, best at epoch {teacher_info['best_epoch']}, "
+             f"{teacher_info['seconds']:.0f} s to train): validation {teacher_info['val_accuracy']:.2f} %, test "
+             f"{teacher_info['test_accuracy']:.2f} %, training-set {teacher_info['train_accuracy']:.2f} %.", "",
+             "## Table 3.1", "",
+             "Test accuracy at the best-validation parameters (mean ± std over seeds); backward passes = median "
+             "updates at the best validation accuracy (the thesis' column); then the robust headline: median "
+             "updates until validation accuracy first reaches 96.5 % / 96.8 % (evaluated every "
+             f"{config['eval_every']} updates), their speedup over the baseline, student forward passes "
+             "(minibatches) to 96.5 %, compute speedup to 96.5 % (forward = 1, backward = 2 units, teacher "
+             "predictions cached), wall-clock seconds to 96.5 % of one student alone, and seeds whose best "
+             "validation accuracy stayed under 90 % (collapsed). n.r. = not reached by at least half the seeds.", "",
+             "| configuration | thesis acc. | thesis backward | acc. (%) | backward at best val | updates to 96.5 | "
+             "updates to 96.8 | speedup 96.5 / 96.8 | forward to 96.5 | compute speedup | wall s to 96.5 "
+             "(speedup) | collapsed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in TABLE_ROWS:
+        if row not in rows:
+            continue
+        r = rows[row]
+        thesis = THESIS_TABLE.get(row)
+        lines.append(
+            f"| {LABELS[row]} | {thesis[0] if thesis else '-'} | {_fmt(thesis[1]) if thesis else '-'} | "
+            f"{r['test_accuracy']:.2f} ± {r['test_accuracy_std']:.2f} | {_fmt(r['backward_passes'])} | "
+            f"{_fmt(r['updates_to_96_5'])} ({r['seeds_reaching_96_5']}/{r['seeds']}) | "
+            f"{_fmt(r['updates_to_96_8'])} ({r['seeds_reaching_96_8']}/{r['seeds']}) | "
+            f"{_fmt(r['update_speedup_96_5'], 2)} / {_fmt(r['update_speedup_96_8'], 2)} | "
+            f"{_fmt(r['forward_passes_to_96_5'])} | {_fmt(r['compute_speedup_96_5'], 2)} | "
+            f"{_fmt(r['wall_seconds_to_96_5'], 1)} ({_fmt(r['wall_speedup_96_5'], 2)}) | "
+            f"{r['collapsed_seeds']}/{r['seeds']} |")
+    lines += ["", "## Stack-size study (cross-entropy, soft labels)", "",
+              f"n = 1, 2, 5 are the table's rows (baseline, stack 2 and stack 5 CE soft); n >= 10 ran as one "
+              f"population per n with {config['study_seeds']} seeds, without and with a warm-up of "
+              f"{config['warmup_updates']} plain updates (random minibatch, true labels) before selection starts, "
+              f"for at most {config['study_max_updates']:,} updates, stopping once every student had reached "
+              f"{max(THRESHOLDS)} % (so their test accuracy is at an early best-validation point).", "",
+              "| n | warm-up | seeds | collapsed | best val. (%) | updates to 96.5 | updates to 96.8 | "
+              "update speedup 96.5 | forward to 96.5 | compute speedup 96.5 | wall s to 96.5 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n, plain, warm in study_rows(summary):
+        for name in (plain, warm):
+            if name is None:
+                continue
+            r = rows[name]
+            lines.append(f"| {n} | {r['warmup_updates']} | {r['seeds']} | {r['collapsed_seeds']} | "
+                         f"{r['best_val_accuracy']:.2f} | {_fmt(r['updates_to_96_5'])} "
+                         f"({r['seeds_reaching_96_5']}/{r['seeds']}) | {_fmt(r['updates_to_96_8'])} "
+                         f"({r['seeds_reaching_96_8']}/{r['seeds']}) | {_fmt(r['update_speedup_96_5'], 2)} | "
+                         f"{_fmt(r['forward_passes_to_96_5'])} | {_fmt(r['compute_speedup_96_5'], 2)} | "
+                         f"{_fmt(r['wall_seconds_to_96_5'], 1)} |")
+    spu = ", ".join(f"n={n}: {1e3 * t:.2f} ms" for n, t in summary["seconds_per_update"].items())
+    groups = ", ".join(f"{name}: {g['students']} students, {g['updates_done']:,} updates, {g['seconds']:.0f} s"
+                       for name, g in summary["groups"].items())
+    lines += ["", f"Wall time per update of one student alone (after compilation): {spu}.  ",
+              f"Populations (one jitted step each): {groups}.", "",
+              "## Choices where the thesis is silent", "",
+              "- Data: MNIST official training set split 50,000 / 10,000 (the last 10,000 as validation), "
+              "official 10,000 test (§3.2.2.1); pixels scaled to [0, 1], no augmentation.",
+              f"- Teacher: dropout {config['teacher_dropout']} after each hidden layer (Srivastava et al.'s hidden "
+              f"rate), no input dropout, Adam 1e-3, batch {config['teacher_batch_size']}, early stopping on "
+              f"validation accuracy checked each epoch with patience {config['teacher_patience']} epochs (max "
+              f"{config['teacher_max_epochs']}), best-validation parameters kept; cached on disk by its config.",
+              "- Initialisation: Flax defaults (LeCun-normal kernels, zero biases) for teacher and students; "
+              "seed s gets the same initialisation and data stream in every row (paired comparison).",
+              "- Minibatches are drawn uniformly with replacement from the 50,000 training images (for the "
+              "baseline and for every minibatch the student sends to the stack).",
+              "- Soft labels: the teacher's softmax at temperature 1; the student's loss is the cross-entropy to "
+              "the targets (eq. 2.2.2); the teacher's predictions on the training set are computed once.",
+              f"- Validation accuracy is evaluated every {config['eval_every']} updates; \"updates to X\" is the "
+              "first evaluation at or above X, so it has that resolution.",
+              f"- Stop rule: {config['patience_epochs']} epochs ({config['patience_epochs']} x 50,000 / 32 updates) "
+              f"without validation improvement, or the preset's budget of {config['max_updates']:,} updates, "
+              "whichever comes first; on 2 CPU cores the budget comes first, so the thesis' \"backward passes at "
+              "best validation\" is capped by it.",
+              "- Counting: one update = one backward pass of m = 32 samples; a selecting update forwards n "
+              "minibatches and reuses the chosen samples' forward pass for the gradient (\"a gain of (n-1)*m "
+              "backward passes\", §3.2.3.3), so a plain update costs 1 forward + 1 backward.",
+              "- Stack of n = 1 with true labels is exactly the baseline (the teacher returns the only minibatch).",
+              f"- Collapse: best validation accuracy under {COLLAPSE_ACCURACY} %.", ""]
+    return "\n".join(lines)
+
+
 def write_report(out_dir: pathlib.Path) -> None:
-    """Writes table.md and the plots from ``summary.json`` and ``curves.jsonl`` in ``out_dir``."""
+    """Writes table.md, fig3_1.png and stack_size.png from ``summary.json`` and ``curves.jsonl`` in ``out_dir``."""
+    summary, curves = _read_run(out_dir)
+    plot_fig3_1(curves, out_dir / "fig3_1.png")
+    plot_stack_sizes(summary, out_dir / "stack_size.png")
+    (out_dir / "table.md").write_text(table_markdown(summary))
 
 
 def _out_dir(argv: Sequence[str]) -> pathlib.Path:
