@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import pathlib
 import sys
 import time
@@ -39,12 +38,14 @@ import numpy as np
 import optax
 
 from jaxcomm import experiment, population, runner, teacher
+from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.data import ImageDataset, ImageSplit, load_mnist, load_mnist_sample
 from jaxcomm.models import MLP, to_unit_float
-from jaxcomm.network import _is_int, _is_real, _require
+from jaxcomm.validation import is_int, is_real, require
 
 EXPERIMENT = "teacher_selection"
 DATASETS = ("mnist", "mnist_sample")
+TRAIN_SIZES = {"mnist": 50_000, "mnist_sample": 4_000}  # training images after the validation split
 PADDINGS = ("by_stack", "all")
 THRESHOLDS = (96.5, 96.8)  # validation accuracy (%) of the headline "updates to X" metrics
 COLLAPSE_ACCURACY = 90.0  # a seed whose best validation accuracy stays below this has collapsed
@@ -143,36 +144,40 @@ class TeacherSelectionConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _require(self.dataset in DATASETS, "dataset", f"one of {DATASETS}", self.dataset)
-        _require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
+        require(self.dataset in DATASETS, "dataset", f"one of {DATASETS}", self.dataset)
+        require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
         for name in ("teacher_hidden", "student_hidden"):
             value = getattr(self, name)
-            _require(isinstance(value, tuple) and len(value) >= 1 and all(_is_int(w) and w >= 1 for w in value),
+            require(isinstance(value, tuple) and len(value) >= 1 and all(is_int(w) and w >= 1 for w in value),
                      name, "a non-empty tuple of integers >= 1", value)
-        _require(_is_real(self.teacher_dropout) and 0.0 <= self.teacher_dropout < 1.0, "teacher_dropout",
+        require(is_real(self.teacher_dropout) and 0.0 <= self.teacher_dropout < 1.0, "teacher_dropout",
                  "a probability in [0, 1)", self.teacher_dropout)
         for name in ("teacher_batch_size", "teacher_max_epochs", "teacher_patience", "batch_size", "seeds",
                      "max_updates", "patience_epochs", "eval_every", "study_seeds", "study_max_updates",
                      "map_batch_size"):
             value = getattr(self, name)
-            _require(_is_int(value) and value >= 1, name, "an integer >= 1", value)
-        _require(_is_int(self.teacher_seed), "teacher_seed", "an integer", self.teacher_seed)
-        _require(isinstance(self.cache_dir, str), "cache_dir", "a string (\"\" disables the cache)", self.cache_dir)
-        _require(_is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
+            require(is_int(value) and value >= 1, name, "an integer >= 1", value)
+        require(is_int(self.teacher_seed), "teacher_seed", "an integer", self.teacher_seed)
+        require(isinstance(self.cache_dir, str), "cache_dir", "a string (\"\" disables the cache)", self.cache_dir)
+        require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
                  self.learning_rate)
-        _require(isinstance(self.rows, tuple) and all(r in TABLE_ROWS for r in self.rows) and "baseline" in self.rows
+        require(isinstance(self.rows, tuple) and all(r in TABLE_ROWS for r in self.rows) and "baseline" in self.rows
                  and len(set(self.rows)) == len(self.rows), "rows",
                  f"distinct names from {tuple(TABLE_ROWS)} including 'baseline'", self.rows)
-        _require(isinstance(self.study_stack_sizes, tuple) and all(_is_int(n) and n >= 1
+        require(isinstance(self.study_stack_sizes, tuple) and all(is_int(n) and n >= 1
                                                                    for n in self.study_stack_sizes),
                  "study_stack_sizes", "a tuple of integers >= 1", self.study_stack_sizes)
-        _require(_is_int(self.timing_updates) and self.timing_updates >= 0, "timing_updates",
+        require(is_int(self.timing_updates) and self.timing_updates >= 0, "timing_updates",
                  "an integer >= 0 (0 skips the timing)", self.timing_updates)
-        _require(_is_int(self.warmup_updates) and self.warmup_updates >= 0, "warmup_updates", "an integer >= 0",
+        require(is_int(self.warmup_updates) and self.warmup_updates >= 0, "warmup_updates", "an integer >= 0",
                  self.warmup_updates)
-        _require(self.padding in PADDINGS, "padding", f"one of {PADDINGS}", self.padding)
+        require(self.padding in PADDINGS, "padding", f"one of {PADDINGS}", self.padding)
+        largest = max((*self.study_stack_sizes, *(TABLE_ROWS[r][0] for r in self.rows)), default=1)
+        require(largest * self.batch_size <= TRAIN_SIZES[self.dataset], "study_stack_sizes",
+                f"stacks whose n * batch_size fits the {TRAIN_SIZES[self.dataset]:,} training images of "
+                f"{self.dataset} (largest n here: {largest})", self.study_stack_sizes)
         population.check_backend(self.backend)
-        _require(_is_int(self.seed), "seed", "an integer", self.seed)
+        require(is_int(self.seed), "seed", "an integer", self.seed)
 
 
 def cpu_config() -> TeacherSelectionConfig:
@@ -241,10 +246,6 @@ def _teacher_key(config: TeacherSelectionConfig, dataset: ImageDataset) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class _Stop(Exception):
-    """Raised from an ``on_chunk`` callback to end a run early (the callback keeps what it needs)."""
-
-
 def train_teacher(config: TeacherSelectionConfig, dataset: ImageDataset, *, progress: bool = True
                   ) -> tuple[Any, dict]:
     """Trains (or loads from the cache) the teacher, early-stopped on validation accuracy.
@@ -297,16 +298,13 @@ def train_teacher(config: TeacherSelectionConfig, dataset: ImageDataset, *, prog
         if acc > best["acc"]:
             best.update(acc=acc, epoch=epoch, params=state[0].params)
         if epoch - best["epoch"] >= config.teacher_patience:
-            raise _Stop
+            raise runner.StopRun
         return {"val": f"{acc:.2f}"}
 
     data = (jnp.asarray(dataset.train.images), jnp.asarray(dataset.train.labels))
     start = time.perf_counter()
-    try:
-        runner.run_in_chunks(step, state, data, num_steps=config.teacher_max_epochs * steps_per_epoch,
-                             chunk_size=steps_per_epoch, on_chunk=on_chunk, progress=progress, desc="teacher")
-    except _Stop:
-        pass
+    runner.run_in_chunks(step, state, data, num_steps=config.teacher_max_epochs * steps_per_epoch,
+                         chunk_size=steps_per_epoch, on_chunk=on_chunk, progress=progress, desc="teacher")
     info = {"val_accuracy": best["acc"], "test_accuracy": accuracy(best["params"], dataset.test),
             "epochs": best["epochs"], "best_epoch": best["epoch"], "seconds": time.perf_counter() - start,
             "cache_key": _teacher_key(config, dataset)}
@@ -491,6 +489,7 @@ def train_population(
     stop_at: float | None = None,
     progress: bool = True,
     desc: str | None = None,
+    checkpointer: Checkpointer | None = None,
 ) -> dict:
     """Trains every student together, evaluating validation accuracy every ``eval_every`` updates.
 
@@ -528,16 +527,24 @@ def train_population(
         stopping = active & (done - track["best_step"] >= patience)
         track["stop_step"] = np.where(stopping, done, track["stop_step"])
         if (track["stop_step"] >= 0).all() or (stop_at is not None and (track["best_val"] >= stop_at).all()):
-            raise _Stop
+            raise runner.StopRun
         return {"val": f"{np.median(acc):.2f}"}
 
+    def metrics() -> dict:
+        return {name: np.asarray(track[name]).tolist() for name in ("best_val", "best_step", "stop_step", "steps",
+                                                                     "val")}
+
+    def restore_metrics(saved: dict) -> None:
+        for name in ("best_val", "best_step", "stop_step"):
+            track[name] = np.asarray(saved[name], track[name].dtype)
+        track["steps"], track["val"] = list(saved["steps"]), [np.asarray(v, np.float32) for v in saved["val"]]
+
     start = time.perf_counter()
-    try:
-        runner.run_in_chunks(step, state, (arrays, hyper_arrays(students)), num_steps=max_updates,
-                             chunk_size=config.eval_every, summarize=lambda loss: (), on_chunk=on_chunk,
-                             progress=progress, desc=desc)
-    except _Stop:
-        pass
+    runner.run_in_chunks(step, state, (arrays, hyper_arrays(students)), num_steps=max_updates,
+                         chunk_size=config.eval_every, summarize=lambda loss: loss, on_chunk=on_chunk,
+                         progress=progress, desc=desc, loss_of=lambda loss: loss, checkpointer=checkpointer,
+                         metrics=metrics, restore_metrics=restore_metrics,
+                         aux=lambda: track["best_params"], restore_aux=lambda saved: track.update(best_params=saved))
     seconds = time.perf_counter() - start
     updates_done = track["steps"][-1] if track["steps"] else 0
     test = _population_accuracy(accuracy, track["best_params"], dataset.test)
@@ -661,7 +668,7 @@ def study_students(config: TeacherSelectionConfig, n: int) -> list[Student]:
             for suffix, warmup in (("", 0), ("_warmup", config.warmup_updates)) for seed in range(config.study_seeds)]
 
 
-def run(config: TeacherSelectionConfig, *, progress: bool = True) -> dict:
+def run(config: TeacherSelectionConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
     """Trains the teacher (or loads it), the Table-3.1 population and the stack-size study.
 
     Returns:
@@ -675,12 +682,15 @@ def run(config: TeacherSelectionConfig, *, progress: bool = True) -> dict:
     teacher_info["train_accuracy"] = 100.0 * float(
         np.mean(np.argmax(np.asarray(arrays.teacher_probs), -1) == dataset.train.labels))
 
+    resumable = lambda name: checkpoints.run(name) if checkpoints is not None else None
     groups = {"table": train_population(config, table_students(config), dataset, arrays,
-                                        max_updates=config.max_updates, progress=progress, desc="table")}
+                                        max_updates=config.max_updates, progress=progress, desc="table",
+                                        checkpointer=resumable("table"))}
     for n in config.study_stack_sizes:
         groups[f"stack{n}"] = train_population(config, study_students(config, n), dataset, arrays,
                                                max_updates=config.study_max_updates, stop_at=max(THRESHOLDS),
-                                               progress=progress, desc=f"stack {n}")
+                                               progress=progress, desc=f"stack {n}",
+                                               checkpointer=resumable(f"stack{n}"))
     stack_sizes = sorted({1, *(s for s, _, _ in (TABLE_ROWS[r] for r in config.rows)), *config.study_stack_sizes})
     seconds_per_update = {n: time_per_update(config, dataset, arrays, n) for n in stack_sizes
                           if config.timing_updates}
@@ -930,30 +940,13 @@ def write_report(out_dir: pathlib.Path) -> None:
     summary, curves = _read_run(out_dir)
     plot_fig3_1(curves, out_dir / "fig3_1.png")
     plot_stack_sizes(summary, out_dir / "stack_size.png")
-    (out_dir / "table.md").write_text(table_markdown(summary))
-
-
-def _out_dir(argv: Sequence[str]) -> pathlib.Path:
-    args = list(argv)
-    for i, arg in enumerate(args):
-        if arg == "--out" and i + 1 < len(args):
-            return pathlib.Path(args[i + 1])
-        if arg.startswith("--out="):
-            return pathlib.Path(arg.split("=", 1)[1])
-    return pathlib.Path("results") / EXPERIMENT
+    experiment.write_table(out_dir, table_markdown(summary))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws plots and table from a run's files; anything else runs the experiment."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["report"]:
-        write_report(pathlib.Path(argv[1] if len(argv) > 1 else _out_dir([])))
-        return 0
-    status = experiment.main(argv, experiment=EXPERIMENT, presets=PRESETS, run=run,
-                             description=__doc__.split("\n\n")[0])
-    if status == 0 and "--show-config" not in argv and os.environ.get("JAXCOMM_NO_REPORT") != "1":
-        write_report(_out_dir(argv))
-    return status
+    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run,
+                          description=__doc__.split("\n\n")[0], write_report=write_report)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import pathlib
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -158,12 +160,25 @@ def main(
     list of records, and any other keys for the envelope); this writes them to
     ``--out`` (default ``results/<experiment>``). A bad preset, override or
     config value is reported before anything runs, with exit status 2.
+
+    If ``run`` takes a ``checkpoints`` keyword, it gets a
+    :class:`jaxcomm.checkpoint.Checkpoints` in ``<out>/checkpoints``: training
+    state is saved every ``--checkpoint-every`` steps and on SIGINT/SIGTERM
+    (exit status 130), ``--resume`` continues from there, and the folder is
+    removed once the run has written its results. A non-finite loss stops the
+    run with exit status 1 and a message naming the node and step.
     """
     parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu", choices=sorted(presets), help="configuration preset (default cpu)")
     parser.add_argument("--out", default=None, help=f"results folder (default results/{experiment})")
     parser.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+    resumable = "checkpoints" in inspect.signature(run).parameters
+    if resumable:
+        parser.add_argument("--resume", action="store_true",
+                            help="continue from the checkpoints of an interrupted run in <out>/checkpoints")
+        parser.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
+                            help="save the training state every STEPS steps (default 1000; also on Ctrl-C/SIGTERM)")
     parser.add_argument("overrides", nargs="*", metavar="field=value", help="override config fields")
     args = parser.parse_args(argv)
     try:
@@ -173,15 +188,97 @@ def main(
     if args.show_config:
         print(json.dumps(dataclasses.asdict(config), indent=2))
         return 0
-    start = time.perf_counter()
-    result = dict(run(config))
-    wall = time.perf_counter() - start
     out_dir = pathlib.Path(args.out or pathlib.Path("results") / experiment)
+    kwargs = {}
+    if resumable:
+        if args.checkpoint_every < 1:
+            parser.error(f"--checkpoint-every must be an integer >= 1, got {args.checkpoint_every}")
+        from jaxcomm.checkpoint import Checkpoints  # noqa: PLC0415  (orbax is slow to import)
+
+        saved_config = out_dir / "checkpoints" / "config.json"
+        resolved = {"preset": args.preset, "config": json.loads(json.dumps(dataclasses.asdict(config),
+                                                                             default=_jsonable))}
+        if args.resume:
+            if not saved_config.is_file():
+                parser.error(f"--resume: no checkpoints in {out_dir / 'checkpoints'}")
+            if json.loads(saved_config.read_text()) != resolved:
+                parser.error(f"--resume: the checkpoints in {out_dir / 'checkpoints'} were made with another "
+                             f"config ({saved_config}); rerun with the same preset and overrides, or without --resume")
+        else:
+            shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
+        saved_config.parent.mkdir(parents=True, exist_ok=True)
+        saved_config.write_text(json.dumps(resolved, indent=1))
+        kwargs["checkpoints"] = Checkpoints(out_dir / "checkpoints", every=args.checkpoint_every, resume=args.resume)
+    from jaxcomm.runner import Interrupted, NonFiniteLoss  # noqa: PLC0415
+
+    start = time.perf_counter()
+    try:
+        result = dict(run(config, **kwargs))
+    except Interrupted as error:
+        command = " ".join(shlex.quote(arg) for arg in ["python", *sys.argv, *([] if args.resume else ["--resume"])])
+        print(f"\n{error}\nresume with: {command}", file=sys.stderr)
+        return 130
+    except NonFiniteLoss as error:
+        print(f"\nstopped: {error}", file=sys.stderr)
+        return 1
+    wall = time.perf_counter() - start
     curves = result.pop("curves", None)
     rows = result.pop("rows")
     path = write_summary(out_dir, experiment=experiment, preset=args.preset, rows=rows, wall_seconds=wall,
                          config=dataclasses.asdict(config), **result)
     if curves is not None:
         write_jsonl(out_dir / "curves.jsonl", curves)
+    if resumable:
+        shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     print(f"wrote {path} ({wall:.0f} s)")
     return 0
+
+
+def out_dir_of(argv: Sequence[str], experiment: str) -> pathlib.Path:
+    """The ``--out`` folder named in ``argv`` (default ``results/<experiment>``)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--out" and i + 1 < len(args):
+            return pathlib.Path(args[i + 1])
+        if arg.startswith("--out="):
+            return pathlib.Path(arg.split("=", 1)[1])
+    return pathlib.Path("results") / experiment
+
+
+def cli(
+    argv: Sequence[str] | None,
+    *,
+    experiment: str,
+    presets: Mapping[str, Callable[[], Any]],
+    run: Callable[..., Mapping[str, Any]],
+    description: str,
+    write_report: Callable[[pathlib.Path], None] | None = None,
+) -> int:
+    """:func:`main`, plus ``report [DIR]``, which redraws tables and plots from a run's files.
+
+    After a successful run, ``write_report(out_dir)`` draws them too (unless
+    ``JAXCOMM_NO_REPORT=1``, as the tests set).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"] and write_report is not None:
+        write_report(pathlib.Path(argv[1]) if len(argv) > 1 else out_dir_of([], experiment))
+        return 0
+    status = main(argv, experiment=experiment, presets=presets, run=run, description=description)
+    if (status == 0 and write_report is not None and "--show-config" not in argv
+            and os.environ.get("JAXCOMM_NO_REPORT") != "1"):
+        write_report(out_dir_of(argv, experiment))
+    return status
+
+
+def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:
+    """Writes ``table.md``: the generated ``table`` plus the hand-written ``notes.md`` beside it, if any.
+
+    The notes (how a run went, how to read it) survive ``report`` redraws.
+    """
+    notes = pathlib.Path(out_dir) / "notes.md"
+    text = table.rstrip("\n") + "\n"
+    if notes.is_file():
+        text += "\n" + notes.read_text().strip("\n") + "\n"
+    path = pathlib.Path(out_dir) / "table.md"
+    path.write_text(text)
+    return path

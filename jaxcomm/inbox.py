@@ -145,6 +145,13 @@ def pop(state: InboxState, want: jax.Array) -> tuple[InboxState, Message, jax.Ar
     return state, message, got
 
 
+def clear(state: InboxState, mask: jax.Array) -> InboxState:
+    """Empties the inboxes of the nodes in ``mask [N] bool``; their pending messages count as dropped."""
+    c = state.counters
+    lost = jnp.where(mask, state.count, 0)
+    return state._replace(count=state.count - lost, counters=c._replace(dropped=c.dropped + lost))
+
+
 def push(
     state: InboxState,
     outgoing: Message,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -37,25 +37,15 @@ import numpy as np
 import optax
 
 from jaxcomm import decision, inbox, population, runner, speed, topology
+from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset, partition
 from jaxcomm.models import to_unit_float
+from jaxcomm.validation import is_int, is_real, require
 
 CONTENTS = ("none", "true_labels", "logits", "features")
+INBOX_ON_FAILURE = ("keep", "lose")
 TOPOLOGIES = ("ring", "full", "random", "time_varying")
 PARTITIONS = ("iid", "dirichlet")
-
-
-def _require(ok: bool, field: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ValueError(f"{field} must be {allowed}, got {value!r}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +78,15 @@ class NetworkConfig:
       step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch"
         (one jitted call per step) or "auto" (measured fastest with the backend,
         :func:`jaxcomm.speed.choose`).
+      failure_prob: q, chance per step that an up node goes down (no training,
+        no sending, no receiving until it comes back).
+      failure_steps: mean steps a failed node stays down (it comes back with
+        probability ``1 / failure_steps`` each step); a node is down a fraction
+        ``q D / (1 + q D)`` of the time.
+      failure_schedule: fixed outages ``((node, first_step, end_step), ...)``, down
+        for ``first_step <= step < end_step``, on top of the random ones.
+      inbox_on_failure: "keep" (a failed node finds its inbox as it left it) or
+        "lose" (its pending messages are dropped and counted as such).
       num_steps: training steps of :func:`train_network`.
       eval_every: steps between evaluations (one jitted chunk).
       seed: seeds the partition, the initialisation and every draw.
@@ -111,43 +110,66 @@ class NetworkConfig:
     dirichlet_alpha: float = 0.5
     backend: str = "auto"
     step_loop: str = "auto"
+    failure_prob: float = 0.0
+    failure_steps: float = 100.0
+    failure_schedule: tuple = ()
+    inbox_on_failure: str = "keep"
     num_steps: int = 1000
     eval_every: int = 100
     seed: int = 0
 
     def __post_init__(self):
-        _require(_is_int(self.num_nodes) and self.num_nodes >= 1, "num_nodes", "an integer >= 1", self.num_nodes)
-        _require(self.topology in TOPOLOGIES, "topology", f"one of {TOPOLOGIES}", self.topology)
+        require(is_int(self.num_nodes) and self.num_nodes >= 1, "num_nodes", "an integer >= 1", self.num_nodes)
+        require(self.topology in TOPOLOGIES, "topology", f"one of {TOPOLOGIES}", self.topology)
         if self.topology != "full":
-            _require(
-                _is_int(self.num_neighbours) and 0 <= self.num_neighbours <= self.num_nodes - 1,
+            require(
+                is_int(self.num_neighbours) and 0 <= self.num_neighbours <= self.num_nodes - 1,
                 "num_neighbours",
                 f"an integer in [0, num_nodes - 1] = [0, {self.num_nodes - 1}]",
                 self.num_neighbours,
             )
-        _require(_is_int(self.redraw_every) and self.redraw_every >= 1, "redraw_every", "an integer >= 1",
+        require(is_int(self.redraw_every) and self.redraw_every >= 1, "redraw_every", "an integer >= 1",
                  self.redraw_every)
         for name in ("broadcast_prob", "consume_prob"):
             value = getattr(self, name)
-            _require(_is_real(value) and 0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
-        _require(isinstance(self.rebroadcast, bool), "rebroadcast", "True or False", self.rebroadcast)
-        _require(self.content in CONTENTS, "content", f"one of {CONTENTS}", self.content)
-        _require(_is_real(self.temperature) and self.temperature > 0, "temperature", "a number > 0", self.temperature)
-        _require(_is_real(self.consumed_weight) and self.consumed_weight >= 0, "consumed_weight", "a number >= 0",
+            require(is_real(value) and 0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
+        require(isinstance(self.rebroadcast, bool), "rebroadcast", "True or False", self.rebroadcast)
+        require(self.content in CONTENTS, "content", f"one of {CONTENTS}", self.content)
+        require(is_real(self.temperature) and self.temperature > 0, "temperature", "a number > 0", self.temperature)
+        require(is_real(self.consumed_weight) and self.consumed_weight >= 0, "consumed_weight", "a number >= 0",
                  self.consumed_weight)
         inbox.validate(self.inbox_capacity, self.overflow)
-        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
-        _require(_is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
+        require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
+        require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
                  self.learning_rate)
-        _require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
-        _require(_is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
+        require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
+        require(is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
                  self.dirichlet_alpha)
         population.check_backend(self.backend, allow_auto=True)
         loops = (population.AUTO, *speed.STEP_LOOPS)
-        _require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
-        _require(_is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
-        _require(_is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
-        _require(_is_int(self.seed), "seed", "an integer", self.seed)
+        require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
+        require(is_real(self.failure_prob) and 0.0 <= self.failure_prob < 1.0, "failure_prob",
+                 "a probability in [0, 1)", self.failure_prob)
+        require(is_real(self.failure_steps) and self.failure_steps >= 1, "failure_steps", "a number >= 1",
+                 self.failure_steps)
+        require(isinstance(self.failure_schedule, tuple) and all(
+            isinstance(o, tuple) and len(o) == 3 and all(is_int(v) for v in o)
+            and 0 <= o[0] < self.num_nodes and 0 <= o[1] <= o[2] for o in self.failure_schedule),
+            "failure_schedule", f"a tuple of (node in [0, {self.num_nodes - 1}], first_step, end_step >= first_step) "
+            "integer triples", self.failure_schedule)
+        require(self.inbox_on_failure in INBOX_ON_FAILURE, "inbox_on_failure", f"one of {INBOX_ON_FAILURE}",
+                 self.inbox_on_failure)
+        require(is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
+        require(is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
+        require(is_int(self.seed), "seed", "an integer", self.seed)
+        if self.backend == "sharded":
+            devices = jax.device_count()
+            require(self.num_nodes % devices == 0, "num_nodes",
+                     f"a multiple of the {devices} devices for backend 'sharded'", self.num_nodes)
+
+    @property
+    def has_failures(self) -> bool:
+        return self.failure_prob > 0 or bool(self.failure_schedule)
 
     def replace(self, **changes) -> NetworkConfig:
         """A copy with ``changes`` applied (and validated)."""
@@ -180,6 +202,9 @@ class NetworkState(NamedTuple):
       step: ``[] int32`` steps taken.
       key: PRNG key of the next step.
       graph_key: PRNG key of the time-varying graph.
+      up: ``[N] bool`` nodes not down by a random failure.
+      alive: ``[N] bool`` nodes that took part in the last step (up and not
+        scheduled down): the reachable nodes of a collective decision.
     """
 
     nodes: population.NodeState
@@ -188,6 +213,8 @@ class NetworkState(NamedTuple):
     step: jax.Array
     key: jax.Array
     graph_key: jax.Array
+    up: jax.Array
+    alive: jax.Array
 
 
 class StepInfo(NamedTuple):
@@ -199,6 +226,7 @@ class StepInfo(NamedTuple):
       broadcast: ``[N] bool`` pushed to its neighbours.
       indices: ``[N, B] int32`` sample indices each node trained on.
       source: ``[N] int32`` sender of the consumed message, -1 for local data.
+      alive: ``[N] bool`` took part in the step (not failed).
     """
 
     loss: jax.Array
@@ -206,6 +234,7 @@ class StepInfo(NamedTuple):
     broadcast: jax.Array
     indices: jax.Array
     source: jax.Array
+    alive: jax.Array
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -322,17 +351,38 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         box = None
         if content != "none":
             box = inbox.init(n, config.inbox_capacity, b, payload_dim)
-        return NetworkState(nodes, box, graph(graph_key, 0), jnp.zeros((), jnp.int32), run_key, graph_key)
+        everyone = jnp.ones((n,), bool)
+        return NetworkState(nodes, box, graph(graph_key, 0), jnp.zeros((), jnp.int32), run_key, graph_key,
+                            everyone, everyone)
+
+    schedule = np.asarray(config.failure_schedule, np.int32).reshape(-1, 3)
+
+    def failures(state: NetworkState, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(up, alive)`` for this step: random outages evolve, then the schedule applies."""
+        k_down, k_back = jax.random.split(key)
+        down = jax.random.bernoulli(k_down, config.failure_prob, (n,))
+        back = jax.random.bernoulli(k_back, 1.0 / config.failure_steps, (n,))
+        up = jnp.where(state.up, ~down, back)
+        out = (schedule[:, 1] <= state.step) & (state.step < schedule[:, 2])  # [outages]
+        scheduled = jnp.zeros((n,), bool).at[schedule[:, 0]].max(out)
+        return up, up & ~scheduled
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         key, k_consume, k_broadcast, k_sample, k_nodes = jax.random.split(state.key, 5)
         want = jax.random.bernoulli(k_consume, config.consume_prob, (n,))
         broadcast = jax.random.bernoulli(k_broadcast, config.broadcast_prob, (n,))
+        up, alive, box = state.up, state.alive, state.inbox
+        if config.has_failures:  # a separate key stream: runs without failures are unchanged
+            key, k_fail = jax.random.split(key)
+            up, alive = failures(state, k_fail)
+            want, broadcast = want & alive, broadcast & alive
+            if content != "none" and config.inbox_on_failure == "lose":
+                box = inbox.clear(box, state.alive & ~alive)
         # Local minibatch, sampled with replacement from the node's own shard only.
         position = jax.random.randint(k_sample, (n, b), 0, data.shard_sizes[:, None])
         local = jnp.take_along_axis(data.shard_indices, position, axis=1)  # [N, B]
         local_targets = jax.nn.one_hot(data.labels[local], num_classes)
-        box, got, source = state.inbox, jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
+        got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
         indices = local
         if content != "none":
@@ -341,6 +391,9 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
             payload, source = message.payload, jnp.where(got, message.sender, -1)
         nodes, (loss, outgoing) = node_step(state.nodes, data.images[indices], local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
+        if config.has_failures:  # a failed node keeps its parameters and optimiser state
+            nodes = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(alive.reshape((n,) + (1,) * (new.ndim - 1)), new, old), nodes, state.nodes)
         adj = state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got
@@ -350,9 +403,10 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
                                    lambda: graph(state.graph_key, state.step), lambda: state.adj)
             sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
                                  jnp.full((n,), state.step, jnp.int32))
-            box = inbox.push(box, sent, broadcast, adj, overflow=config.overflow)
-        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=key)
-        return new_state, StepInfo(loss, got, broadcast & (content != "none"), indices, source)
+            receivers = adj & alive[None, :] if config.has_failures else adj
+            box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
+        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=key, up=up, alive=alive)
+        return new_state, StepInfo(loss, got, broadcast & (content != "none"), indices, source, alive)
 
     return Network(config, init, step, predict, payload_dim, backend, step_loop)
 
@@ -386,20 +440,27 @@ def predict_in_batches(network: Network, nodes, images: np.ndarray, *, batch_siz
     return np.concatenate(out, axis=1)
 
 
-def evaluate(probs: np.ndarray, labels: np.ndarray) -> dict:
+def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | None = None) -> dict:
     """Accuracies (%) of N nodes' predictions ``probs [N, M, C]`` on ``labels [M]``.
 
+    Args:
+      probs: every node's class probabilities.
+      labels: true classes.
+      reachable: ``[N] bool`` nodes the collective decision may ask (default all).
+
     Returns:
-      ``avg_accuracy`` (mean over nodes), ``node_accuracies`` ``[N]``, and
-      ``collective_accuracy`` per weighting of :data:`jaxcomm.decision.WEIGHTINGS`,
-      all computed from the same predictions.
+      ``avg_accuracy`` (mean over all nodes), ``node_accuracies`` ``[N]``,
+      ``collective_accuracy`` per weighting of :data:`jaxcomm.decision.WEIGHTINGS`
+      over the reachable nodes, and ``reachable`` (how many), all computed from
+      the same predictions.
     """
     probs, labels = jnp.asarray(probs), jnp.asarray(labels)
+    mask = None if reachable is None else jnp.asarray(reachable, bool)
     per_node = 100.0 * np.asarray(decision.node_accuracies(probs, labels))
-    collective = {w: 100.0 * float(decision.collective_accuracy(probs, labels, weighting=w))
+    collective = {w: 100.0 * float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
                   for w in decision.WEIGHTINGS}
     return {"avg_accuracy": float(per_node.mean()), "node_accuracies": per_node.tolist(),
-            "collective_accuracy": collective}
+            "collective_accuracy": collective, "reachable": len(per_node) if mask is None else int(mask.sum())}
 
 
 def counter_totals(state: NetworkState) -> dict:
@@ -418,6 +479,7 @@ def train_network(
     eval_split: str = "test",
     progress: bool = True,
     desc: str | None = None,
+    checkpointer: Checkpointer | None = None,
 ) -> dict:
     """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps.
 
@@ -428,6 +490,14 @@ def train_network(
       eval_split: "test" or "validation", the split evaluated between chunks.
       progress: draw a progress bar.
       desc: its label.
+      checkpointer: saves the whole state and the history every
+        ``checkpointer.every`` steps and on SIGINT/SIGTERM, and resumes from it
+        (:func:`jaxcomm.runner.run_in_chunks`); a resumed run ends with exactly
+        the history of an uninterrupted one.
+
+    Raises:
+      jaxcomm.runner.NonFiniteLoss: a node's loss became NaN or infinite.
+      jaxcomm.runner.Interrupted: a checkpointed run was interrupted (after saving).
 
     Returns:
       A dict with ``history`` (one record per evaluation: step, losses,
@@ -444,19 +514,24 @@ def train_network(
     start = time.perf_counter()
 
     def record(steps_done: int, state: NetworkState, infos: StepInfo) -> dict:
-        metrics = evaluate(predict_in_batches(network, state.nodes, split.images), split.labels)
+        reachable = population.to_host(state.alive) if config.has_failures else None
+        metrics = evaluate(predict_in_batches(network, state.nodes, split.images), split.labels, reachable=reachable)
         infos = population.to_host(infos)
         entry = {"step": steps_done, "loss": float(np.mean(infos.loss)),
-                 "consumed_fraction": float(np.mean(infos.consumed)), **metrics,
+                 "consumed_fraction": float(np.mean(infos.consumed)),
+                 "alive_fraction": float(np.mean(infos.alive)), **metrics,
                  "counters": counter_totals(state), "seconds": time.perf_counter() - start}
         history.append(entry)
         return {"avg": f"{metrics['avg_accuracy']:.1f}",
                 "coll": f"{metrics['collective_accuracy']['negentropy']:.1f}"}
 
-    summarize = lambda info: StepInfo(info.loss, info.consumed, info.broadcast, info.indices[:, :0], info.source)
+    summarize = lambda info: info._replace(indices=info.indices[:, :0])
     result = runner.run_in_chunks(network.step, state, data, num_steps=config.num_steps,
                                   chunk_size=config.eval_every, summarize=summarize, on_chunk=record,
-                                  progress=progress, desc=desc, scan=network.step_loop == "scan")
+                                  progress=progress, desc=desc, scan=network.step_loop == "scan",
+                                  loss_of=lambda infos: infos.loss, checkpointer=checkpointer,
+                                  metrics=lambda: {"history": history},
+                                  restore_metrics=lambda saved: history.extend(saved["history"]))
     return {"history": history, "final": history[-1] if history else None, "state": result.state,
             "steps_done": result.steps_done, "interrupted": result.interrupted,
             "train_seconds": result.seconds}

@@ -64,3 +64,27 @@ def test_main_rejects_bad_override_before_running(tmp_path):
         experiment.main(["--out", str(tmp_path), "steps=-3"], experiment="toy", presets={"cpu": Config},
                         run=ran.append, description="toy")
     assert info.value.code == 2 and not ran
+
+
+def test_main_interrupt_then_resume_with_the_same_config_only(tmp_path, capsys):
+    from jaxcomm import runner
+
+    seen = []
+
+    def run(config, *, checkpoints):
+        seen.append((checkpoints.resume, checkpoints.every))
+        if not checkpoints.resume:
+            raise runner.Interrupted(4, str(checkpoints.directory))
+        return {"rows": {"r": {"steps": config.steps}}}
+
+    main = lambda *argv: experiment.main(["--out", str(tmp_path), *argv], experiment="toy", presets={"cpu": Config},
+                                         run=run, description="toy")
+    assert main("steps=3", "--checkpoint-every", "7") == 130
+    assert "--resume" in capsys.readouterr().err and (tmp_path / "checkpoints" / "config.json").is_file()
+    with pytest.raises(SystemExit) as info:  # another config cannot resume these checkpoints
+        main("steps=4", "--resume")
+    assert info.value.code == 2 and "another config" in capsys.readouterr().err
+    assert main("steps=3", "--resume") == 0
+    assert seen == [(False, 7), (True, 1000)]
+    assert json.loads((tmp_path / "summary.json").read_text())["rows"] == {"r": {"steps": 3}}
+    assert not (tmp_path / "checkpoints").exists()  # removed once the results are written

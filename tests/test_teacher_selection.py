@@ -65,6 +65,7 @@ BASE = ts.smoke_config()
     ("backend", "pmap", "backend must be one of"),
     ("map_batch_size", 0, "map_batch_size must be an integer >= 1"),
     ("seed", 1.0, "seed must be an integer"),
+    ("study_stack_sizes", (200,), "study_stack_sizes must be stacks whose n \\* batch_size fits the 4,000"),
 ])
 def test_config_rejects_bad_values(field, value, message):
     with pytest.raises(ValueError, match=message) as error:
@@ -212,3 +213,32 @@ def test_smoke_run_end_to_end(tmp_path, monkeypatch):
     for name in ("table.md", "fig3_1.png", "stack_size.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "| stack 2, cross-entropy, soft labels | 96.9 | 25,000 |" in (tmp_path / "table.md").read_text()
+
+
+def test_population_killed_by_sigterm_resumes_to_the_uninterrupted_result(tiny_dataset, tiny, tmp_path, monkeypatch):
+    """Checkpoint = student states + the best-validation parameters and curves tracked between chunks."""
+    import signal
+
+    from jaxcomm import runner
+    from jaxcomm.checkpoint import Checkpointer
+
+    config, arrays = tiny
+    config = dataclasses.replace(config, eval_every=10)
+    dataset = data.ImageDataset("synthetic", tiny_dataset.train, tiny_dataset.test, tiny_dataset.test, 4)
+    train_population = lambda **kw: ts.train_population(config, STUDENTS, dataset, arrays, max_updates=40,
+                                                        progress=False, **kw)
+    straight = train_population()
+    accuracy, calls = ts._population_accuracy, []
+
+    def kill_on_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return accuracy(*args, **kwargs)
+
+    monkeypatch.setattr(ts, "_population_accuracy", kill_on_third)
+    with pytest.raises(runner.Interrupted):
+        train_population(checkpointer=Checkpointer(tmp_path, every=10))
+    monkeypatch.setattr(ts, "_population_accuracy", accuracy)
+    resumed = train_population(checkpointer=Checkpointer(tmp_path, every=10, resume=True))
+    assert resumed["students"] == straight["students"]

@@ -1,0 +1,58 @@
+"""Config validation in one place: every experiment config checks its fields with these.
+
+Each check raises ``ValueError("<field> must be <allowed>, got <value>")`` at
+construction, before any data is read or anything compiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def require(ok: bool, field: str, allowed: str, value: Any) -> None:
+    """Raises ``ValueError`` naming ``field``, what is allowed and ``value`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{field} must be {allowed}, got {value!r}")
+
+
+def is_int(value: Any) -> bool:
+    """An integer and not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """A real number and not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def integer(field: str, value: Any, *, low: int | None = None, high: int | None = None) -> None:
+    """An integer in ``[low, high]`` (either bound optional)."""
+    allowed = "an integer" + (f" >= {low}" if low is not None and high is None else "") + (
+        f" in [{low}, {high}]" if low is not None and high is not None else "") + (
+        f" <= {high}" if low is None and high is not None else "")
+    require(is_int(value) and (low is None or value >= low) and (high is None or value <= high), field, allowed, value)
+
+
+def positive(field: str, value: Any) -> None:
+    """A real number > 0 (learning rates, temperatures)."""
+    require(is_real(value) and value > 0, field, "a number > 0", value)
+
+
+def probability(field: str, value: Any, *, below_one: bool = False) -> None:
+    """A probability in [0, 1] (or [0, 1) with ``below_one``)."""
+    ok = is_real(value) and 0.0 <= value and (value < 1.0 if below_one else value <= 1.0)
+    require(ok, field, "a probability in [0, 1)" if below_one else "a probability in [0, 1]", value)
+
+
+def one_of(field: str, value: Any, choices: Sequence[Any]) -> None:
+    """One of ``choices``."""
+    require(value in tuple(choices), field, f"one of {tuple(choices)}", value)
+
+
+def widths(field: str, value: Any) -> None:
+    """A non-empty tuple of layer widths >= 1."""
+    require(isinstance(value, tuple) and len(value) >= 1 and all(is_int(w) and w >= 1 for w in value), field,
+            "a non-empty tuple of integers >= 1", value)

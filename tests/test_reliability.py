@@ -1,0 +1,201 @@
+"""Reliability: checkpoint and resume, non-finite losses, failing nodes, bad configs (issue 8)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import reliability
+from jaxcomm import decision, network, runner
+from jaxcomm.checkpoint import Checkpointer, Checkpoints
+from jaxcomm.models import MLP
+
+MODEL = MLP(hidden=(12,), num_classes=4)
+
+
+def noisy_step(state, scale):
+    """A random walk driven by the state's own key: resuming must continue the same stream."""
+    position, key = state
+    key, sub = jax.random.split(key)
+    return (position + scale * jax.random.normal(sub, position.shape), key), jnp.sum(position, axis=-1)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "dispatch"])
+def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, scan):
+    init = (jnp.zeros((3, 2)), jax.random.PRNGKey(0))
+    run = lambda **kw: runner.run_in_chunks(noisy_step, init, 1.0, num_steps=20, chunk_size=4, progress=False,
+                                            scan=scan, **kw)
+    straight, records = run(), []
+
+    def kill_at_12(done, state, infos):
+        records.append(done)
+        if done == 12:
+            os.kill(os.getpid(), signal.SIGTERM)  # a real signal through the real handler
+
+    with pytest.raises(runner.Interrupted) as stopped:
+        run(on_chunk=kill_at_12, checkpointer=Checkpointer(tmp_path, every=4), metrics=lambda: {"done": records})
+    # The chunk whose callback was interrupted is not kept; the previous one is on disk.
+    assert stopped.value.steps_done == 8
+    assert Checkpointer(tmp_path, every=4, resume=True).latest_step() == 8
+    restored = []
+    resumed = run(on_chunk=lambda done, s, i: restored.append(done), metrics=lambda: {"done": restored},
+                  checkpointer=Checkpointer(tmp_path, every=4, resume=True),
+                  restore_metrics=lambda saved: restored.extend(saved["done"]))
+    assert resumed.resumed_from == 8 and resumed.steps_done == 20 and restored == [4, 8, 12, 16, 20]
+    for a, b in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state), strict=True):
+        np.testing.assert_array_equal(a, b)  # bit for bit
+
+
+def test_a_finished_run_resumes_to_its_final_state_without_training(tmp_path):
+    init = (jnp.zeros((2,)), jax.random.PRNGKey(1))
+    first = runner.run_in_chunks(noisy_step, init, 1.0, num_steps=6, chunk_size=3, progress=False,
+                                 checkpointer=Checkpointer(tmp_path, every=100))
+    calls = []
+    again = runner.run_in_chunks(noisy_step, init, 1.0, num_steps=6, chunk_size=3, progress=False,
+                                 on_chunk=lambda *a: calls.append(a),
+                                 checkpointer=Checkpointer(tmp_path, every=100, resume=True))
+    assert calls == [] and again.resumed_from == 6
+    np.testing.assert_array_equal(first.state[0], again.state[0])
+
+
+def test_checkpoint_of_another_config_is_refused(tmp_path):
+    Checkpointer(tmp_path, every=1).save(3, {"a": np.zeros(2)}, {})
+    with pytest.raises(ValueError, match="another configuration"):
+        Checkpointer(tmp_path, every=1, resume=True).restore({"a": np.zeros(2), "b": np.zeros(1)})
+    with pytest.raises(ValueError, match=r"float32\[3\]"):
+        Checkpointer(tmp_path, every=1, resume=True).restore({"a": np.zeros(3, np.float32)})
+
+
+def test_checkpoint_names_and_periods_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="every must be an integer >= 1"):
+        Checkpointer(tmp_path, every=0)
+    with pytest.raises(ValueError, match="run name"):
+        Checkpoints(tmp_path, every=1).run("../escape")
+
+
+def test_network_killed_by_sigterm_and_resumed_matches_the_uninterrupted_run():
+    check = reliability.resume_check(60)
+    assert check["interrupted_at"] == 10  # killed during the second evaluation: the first chunk is kept
+    assert check["history_identical"] and check["state_identical"] and check["value"]
+
+
+# --------------------------------------------------------------------------- non-finite losses
+
+
+def test_non_finite_loss_names_node_and_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    def step(state, _):
+        count, _key = state
+        loss = jnp.where((count == 6) & (jnp.arange(4) == 2), jnp.nan, jnp.ones(4))
+        return (count + 1, _key), loss
+
+    with pytest.raises(runner.NonFiniteLoss, match="node 2 at step 6") as error:
+        runner.run_in_chunks(step, (jnp.int32(0), jnp.zeros(2)), None, num_steps=12, chunk_size=4, progress=False,
+                             loss_of=lambda losses: losses, checkpointer=Checkpointer(tmp_path, every=100))
+    assert (error.value.step, error.value.node) == (6, 2) and np.isnan(error.value.value)
+    step_saved, state, _ = Checkpointer(tmp_path, every=1, resume=True).restore((jnp.int32(0), jnp.zeros(2)))
+    assert step_saved == 4 and int(state[0]) == 4  # the state before the bad chunk
+
+
+def test_first_non_finite():
+    assert runner.first_non_finite(np.ones((3, 2))) is None
+    assert runner.first_non_finite(np.array([1.0, np.inf, np.nan]))[:2] == (1, None)
+    losses = np.ones((3, 4))
+    losses[2, 1] = losses[1, 3] = np.nan
+    assert runner.first_non_finite(losses)[:2] == (1, 3)
+
+
+def test_a_diverging_network_stops_with_the_node_and_step(tiny_dataset):
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=5, learning_rate=1e38, num_steps=40,
+                                   eval_every=10)
+    with pytest.raises(runner.NonFiniteLoss, match=r"node \d at step \d+"):
+        network.train_network(config, MODEL, tiny_dataset, progress=False)
+
+
+# --------------------------------------------------------------------------- failing nodes
+
+
+def build(dataset, **overrides):
+    config = network.NetworkConfig(num_nodes=4, num_neighbours=3, batch_size=5, inbox_capacity=3, consume_prob=0.5,
+                                   broadcast_prob=0.6, num_steps=6, eval_every=3, **overrides)
+    net = network.make_network(config, MODEL, image_shape=dataset.train.images.shape[1:], num_classes=4)
+    return net, network.network_data(dataset, config)
+
+
+def test_a_scheduled_outage_freezes_the_node_and_cuts_it_off(tiny_dataset):
+    net, data = build(tiny_dataset, failure_schedule=((1, 2, 7),))
+    state, step = net.init(jax.random.PRNGKey(0)), jax.jit(net.step)
+    for t in range(10):
+        before = state
+        state, info = step(state, data)
+        down = 2 <= t < 7
+        assert bool(info.alive[1]) == (not down) and bool(info.alive[np.array([0, 2, 3])].all())
+        frozen = all(np.array_equal(a[1], b[1]) for a, b in zip(jax.tree_util.tree_leaves(before.nodes),
+                                                                  jax.tree_util.tree_leaves(state.nodes),
+                                                                  strict=True))
+        assert frozen == down, t  # a down node neither trains nor changes its optimiser state
+        if down:
+            assert not bool(info.consumed[1]) and not bool(info.broadcast[1])
+            c0, c1 = before.inbox.counters, state.inbox.counters
+            assert int(c1.received[1]) == int(c0.received[1]) and int(c1.sent[1]) == int(c0.sent[1])
+            assert int(c1.fallbacks[1]) == int(c0.fallbacks[1])
+
+
+@pytest.mark.parametrize("policy", network.INBOX_ON_FAILURE)
+def test_random_failures_keep_the_inbox_counters_adding_up(tiny_dataset, policy):
+    net, data = build(tiny_dataset, failure_prob=0.3, failure_steps=3.0, inbox_on_failure=policy)
+    state, step, alive = net.init(jax.random.PRNGKey(2)), jax.jit(net.step), []
+    for _ in range(60):
+        state, info = step(state, data)
+        alive.append(np.asarray(info.alive))
+    c = state.inbox.counters
+    np.testing.assert_array_equal(c.received, c.consumed + c.dropped + state.inbox.count)
+    down = 1 - np.mean(alive)
+    assert 0.2 < down < 0.7  # stationary q D / (1 + q D) = 0.47, from 60 steps x 4 nodes
+    if policy == "lose":
+        assert int(np.sum(c.dropped)) > 0
+
+
+def test_collective_decision_asks_only_reachable_nodes():
+    probs = np.array([[[0.9, 0.1]], [[0.2, 0.8]], [[0.3, 0.7]]], np.float32)
+    labels = np.array([0])
+    everyone = network.evaluate(probs, labels)
+    only_first = network.evaluate(probs, labels, reachable=np.array([True, False, False]))
+    assert everyone["collective_accuracy"]["mean"] == 0.0 and only_first["collective_accuracy"]["mean"] == 100.0
+    assert only_first["reachable"] == 1 and only_first["avg_accuracy"] == everyone["avg_accuracy"]
+    expected = decision.collective_accuracy(probs, labels, weighting="vote", mask=np.array([True, False, True]))
+    got = network.evaluate(probs, labels, reachable=np.array([True, False, True]))["collective_accuracy"]["vote"]
+    assert got == pytest.approx(100 * float(expected))
+
+
+# --------------------------------------------------------------------------- bad configs
+
+
+CASES = reliability.bad_config_cases()
+
+
+@pytest.mark.parametrize("rule, field, build_config", CASES, ids=[case[0] for case in CASES])
+def test_bad_config_is_rejected_naming_the_field(rule, field, build_config):
+    with pytest.raises(ValueError, match=field) as error:
+        build_config()
+    assert "must be" in str(error.value) and "got" in str(error.value)
+
+
+def test_nodes_must_divide_over_devices_for_the_sharded_backend(monkeypatch):
+    monkeypatch.setattr(jax, "device_count", lambda: 8)
+    with pytest.raises(ValueError, match="num_nodes must be a multiple of the 8 devices"):
+        network.NetworkConfig(num_nodes=12, num_neighbours=1, backend="sharded")
+    network.NetworkConfig(num_nodes=16, num_neighbours=1, backend="sharded")
+
+
+def test_every_rule_is_counted():
+    counted = reliability.count_rejected(CASES)
+    assert counted["value"] == counted["cases"] == len(CASES) and counted["failures"] == []
+    assert reliability.count_rejected([("accepted", "x", lambda: None)])["failures"] == ["accepted: accepted"]
