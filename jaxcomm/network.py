@@ -85,6 +85,8 @@ class NetworkConfig:
         ``q D / (1 + q D)`` of the time.
       failure_schedule: fixed outages ``((node, first_step, end_step), ...)``, down
         for ``first_step <= step < end_step``, on top of the random ones.
+      augment: random horizontal flips and 4-pixel-padded random crops of every
+        training minibatch, local or consumed (CIFAR-style augmentation).
       inbox_on_failure: "keep" (a failed node finds its inbox as it left it) or
         "lose" (its pending messages are dropped and counted as such).
       num_steps: training steps of :func:`train_network`.
@@ -110,6 +112,7 @@ class NetworkConfig:
     dirichlet_alpha: float = 0.5
     backend: str = "auto"
     step_loop: str = "auto"
+    augment: bool = False
     failure_prob: float = 0.0
     failure_steps: float = 100.0
     failure_schedule: tuple = ()
@@ -148,6 +151,7 @@ class NetworkConfig:
         population.check_backend(self.backend, allow_auto=True)
         loops = (population.AUTO, *speed.STEP_LOOPS)
         require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
+        require(isinstance(self.augment, bool), "augment", "True or False", self.augment)
         require(is_real(self.failure_prob) and 0.0 <= self.failure_prob < 1.0, "failure_prob",
                  "a probability in [0, 1)", self.failure_prob)
         require(is_real(self.failure_steps) and self.failure_steps >= 1, "failure_steps", "a number >= 1",
@@ -235,6 +239,18 @@ class StepInfo(NamedTuple):
     indices: jax.Array
     source: jax.Array
     alive: jax.Array
+
+
+def flip_and_crop(key: jax.Array, images: jax.Array, *, pad: int = 4) -> jax.Array:
+    """Random horizontal flips and random ``pad``-pixel-padded crops of ``images [B, H, W, C]`` (any dtype)."""
+    b, h, w, c = images.shape
+    k_flip, k_shift = jax.random.split(key)
+    flip = jax.random.bernoulli(k_flip, 0.5, (b,))
+    images = jnp.where(flip[:, None, None, None], images[:, :, ::-1], images)
+    padded = jnp.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    corner = jax.random.randint(k_shift, (b, 2), 0, 2 * pad + 1)
+    crop = lambda image, at: jax.lax.dynamic_slice(image, (at[0], at[1], 0), (h, w, c))
+    return jax.vmap(crop)(padded, corner)
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -389,7 +405,11 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
             box, message, got = inbox.pop(box, want & (config.consume_prob > 0))
             indices = jnp.where(got[:, None], message.indices, local)
             payload, source = message.payload, jnp.where(got, message.sender, -1)
-        nodes, (loss, outgoing) = node_step(state.nodes, data.images[indices], local_targets, payload, got,
+        images = data.images[indices]  # [N, B, H, W, C] uint8
+        if config.augment:  # its own key: runs without augmentation are unchanged
+            key, k_augment = jax.random.split(key)
+            images = jax.vmap(flip_and_crop)(jax.random.split(k_augment, n), images)
+        nodes, (loss, outgoing) = node_step(state.nodes, images, local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
         if config.has_failures:  # a failed node keeps its parameters and optimiser state
             nodes = jax.tree_util.tree_map(

@@ -162,3 +162,26 @@ def test_bad_config_fails_on_construction(overrides, match):
 
 def test_full_topology_ignores_num_neighbours():
     assert network.NetworkConfig(num_nodes=3, topology="full", num_neighbours=10).num_nodes == 3
+
+
+def test_flip_and_crop_by_hand():
+    image = jnp.arange(16, dtype=jnp.int32).reshape(1, 4, 4, 1)
+    for seed in range(20):
+        out = np.asarray(network.flip_and_crop(jax.random.PRNGKey(seed), image, pad=1))[0, ..., 0]
+        candidates = []
+        for flipped in (np.arange(16).reshape(4, 4), np.arange(16).reshape(4, 4)[:, ::-1]):
+            padded = np.pad(flipped, 1)
+            candidates += [padded[i:i + 4, j:j + 4] for i in range(3) for j in range(3)]
+        assert any(np.array_equal(out, c) for c in candidates)  # a flip, then a shift of at most 1 pixel
+
+
+def test_augmentation_changes_the_images_not_the_minibatches(tiny_dataset):
+    net, data = build(tiny_dataset, content="true_labels", augment=True)
+    plain, _ = build(tiny_dataset, content="true_labels")
+    (state, infos), (plain_state, plain_infos) = run_steps(net, data, 5), run_steps(plain, data, 1)
+    chex.assert_tree_all_finite(state.nodes)
+    # Augmentation draws from its own key: the first step samples the same indices...
+    np.testing.assert_array_equal(infos[0].indices, plain_infos[0].indices)
+    # ...but trains on other pixels.
+    assert not np.allclose(np.asarray(jax.tree_util.tree_leaves(run_steps(net, data, 1)[0].nodes.params)[0]),
+                           np.asarray(jax.tree_util.tree_leaves(plain_state.nodes.params)[0]))
