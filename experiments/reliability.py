@@ -192,8 +192,10 @@ def bad_config_cases() -> list[tuple[str, str, Callable[[], Any]]]:
     :func:`run` counts them.
     """
     try:
+        from experiments.language import LanguageConfig  # noqa: PLC0415
         from experiments.teacher_selection import TeacherSelectionConfig  # noqa: PLC0415
     except ModuleNotFoundError:  # run as a script: experiments/ itself is on the path
+        from language import LanguageConfig  # noqa: PLC0415
         from teacher_selection import TeacherSelectionConfig  # noqa: PLC0415
 
     net = network.NetworkConfig
@@ -233,6 +235,11 @@ def bad_config_cases() -> list[tuple[str, str, Callable[[], Any]]]:
         ("stack size < 1", "study_stack_sizes", lambda: teacher(study_stack_sizes=(0,))),
         ("n * m larger than the training set", "study_stack_sizes",
          lambda: teacher(dataset="mnist_sample", study_stack_sizes=(1000,))),
+        ("unknown dataset (language)", "dataset", lambda: LanguageConfig(dataset="cifar10")),
+        ("temperature floor <= 0 (language)", "tau_floor", lambda: LanguageConfig(tau_floor=0.0)),
+        ("temperature decay > 1 (language)", "tau_decay", lambda: LanguageConfig(tau_decay=1.5)),
+        ("inversion noise > 1 (language)", "noise", lambda: LanguageConfig(noise=1.2)),
+        ("unknown critic (language)", "critic", lambda: LanguageConfig(critic="mine")),
         ("unknown dataset (reliability)", "dataset", lambda: ReliabilityConfig(dataset="svhn")),
         ("failure fraction >= 1", "failure_fractions", lambda: ReliabilityConfig(failure_fractions=(1.0,))),
     ]

@@ -39,7 +39,7 @@ import optax
 
 from jaxcomm import experiment, population, runner, teacher
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
-from jaxcomm.data import ImageDataset, ImageSplit, load_mnist, load_mnist_sample
+from jaxcomm.data import ImageDataset, ImageSplit, load_mnist, load_mnist_sample, padded_batches
 from jaxcomm.models import MLP, to_unit_float
 from jaxcomm.validation import is_int, is_real, require
 
@@ -219,21 +219,6 @@ def _accuracy_counts(logits: jax.Array, labels: jax.Array, weight: jax.Array) ->
     return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
 
 
-def _batches(split: ImageSplit, batch: int):
-    """Yields (images, labels, weight) batches of one fixed shape, the last one padded (weight 0)."""
-    size = len(split.labels)
-    batch = min(batch, size)
-    for start in range(0, size, batch):
-        images, labels = split.images[start:start + batch], split.labels[start:start + batch]
-        pad = batch - len(labels)
-        weight = np.ones(batch, np.float32)
-        if pad:
-            images = np.concatenate([images, np.zeros((pad, *images.shape[1:]), images.dtype)])
-            labels = np.concatenate([labels, np.zeros(pad, labels.dtype)])
-            weight[-pad:] = 0
-        yield jnp.asarray(images), jnp.asarray(labels), jnp.asarray(weight)
-
-
 # --------------------------------------------------------------------------- teacher
 
 
@@ -283,7 +268,7 @@ def train_teacher(config: TeacherSelectionConfig, dataset: ImageDataset, *, prog
         model.apply({"params": params}, to_unit_float(images))[0], labels, weight))
 
     def accuracy(params, split: ImageSplit) -> float:
-        return 100.0 * float(sum(predict(params, *b) for b in _batches(split, 2000))) / len(split.labels)
+        return 100.0 * float(sum(predict(params, *b) for b in padded_batches(split, 2000))) / len(split.labels)
 
     init_key, run_key = jax.random.split(jax.random.PRNGKey(config.teacher_seed))
     params = model.init(init_key, dummy)["params"]
@@ -320,7 +305,7 @@ def teacher_probs(config: TeacherSelectionConfig, params: Any, images: np.ndarra
     model = MLP(hidden=config.teacher_hidden, num_classes=num_classes, dropout=config.teacher_dropout)
     predict = jax.jit(lambda p, x: jax.nn.softmax(model.apply({"params": p}, to_unit_float(x))[0]))
     split = ImageSplit(images, np.zeros(len(images), np.int32))
-    out = [predict(params, x)[np.asarray(w) > 0] for x, _, w in _batches(split, 2000)]
+    out = [predict(params, x)[np.asarray(w) > 0] for x, _, w in padded_batches(split, 2000)]
     return jnp.concatenate(out)
 
 
@@ -475,7 +460,7 @@ def student_keys(config: TeacherSelectionConfig, students: Sequence[Student]) ->
 
 
 def _population_accuracy(accuracy, params, split: ImageSplit) -> np.ndarray:
-    counts = sum(accuracy(params, *b) for b in _batches(split, 2000))
+    counts = sum(accuracy(params, *b) for b in padded_batches(split, 2000))
     return 100.0 * np.asarray(counts) / len(split.labels)
 
 

@@ -90,6 +90,29 @@ class Checkpointer:
         self._manager.close()
 
 
+def encode(value: Any) -> Any:
+    """JSON-able copy of nested dicts/lists/tuples holding numpy or jax arrays (dtype kept)."""
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        array = np.asarray(value)
+        return {"__array__": array.tolist(), "dtype": str(array.dtype)}
+    return value
+
+
+def decode(value: Any) -> Any:
+    """Inverse of :func:`encode`: arrays come back bit for bit with their dtype (tuples as lists)."""
+    if isinstance(value, dict):
+        if set(value) == {"__array__", "dtype"}:
+            return np.asarray(value["__array__"], dtype=value["dtype"])
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
 class Checkpoints:
     """One experiment's checkpoint folder: a :class:`Checkpointer` per named run."""
 

@@ -565,6 +565,27 @@ def load_mnist_sample(*, validation_size: int = 1000) -> ImageDataset:
     return _dataset("mnist_sample", splits[0], splits[1], validation_size)
 
 
+def padded_batches(split: ImageSplit, batch: int):
+    """Yields ``(images, labels, weight)`` device batches of one fixed shape over ``split``.
+
+    The last batch is padded with zeros of weight 0, so one compiled evaluation
+    serves every batch: sum ``weight * correct`` and divide by ``len(split.labels)``.
+    """
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    size = len(split.labels)
+    batch = min(batch, size)
+    for start in range(0, size, batch):
+        images, labels = split.images[start:start + batch], split.labels[start:start + batch]
+        pad = batch - len(labels)
+        weight = np.ones(batch, np.float32)
+        if pad:
+            images = np.concatenate([images, np.zeros((pad, *images.shape[1:]), images.dtype)])
+            labels = np.concatenate([labels, np.zeros(pad, labels.dtype)])
+            weight[-pad:] = 0
+        yield jnp.asarray(images), jnp.asarray(labels), jnp.asarray(weight)
+
+
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **kwargs) -> ImageDataset:
     """Loads a dataset by name.
 

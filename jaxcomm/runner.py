@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jaxcomm.checkpoint import Checkpointer
+from jaxcomm.population import to_host
 
 PyTree = Any
 
@@ -232,7 +233,7 @@ def run_in_chunks(
                 jax.block_until_ready(new_state)
                 seconds += time.perf_counter() - start
                 if loss_of is not None:
-                    bad = first_non_finite(jax.device_get(loss_of(infos)))
+                    bad = first_non_finite(to_host(loss_of(infos)))  # gathers across processes too
                     if bad is not None:
                         save()
                         raise NonFiniteLoss(done + bad[0], bad[1], bad[2], good_step=done,
