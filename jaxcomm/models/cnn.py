@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 
+NORMS = ("none", "batch", "layer")
+
 
 class StridedCNN(nn.Module):
     """Convolutions of stride 2 with LeakyReLU, then a linear classifier (§2.2.2.2).
@@ -22,6 +24,13 @@ class StridedCNN(nn.Module):
       hidden: width of an optional dense layer before the logits; its output is
         then the exchanged "features", else the flattened last convolution is.
       negative_slope: of the LeakyReLU.
+      norm: normalisation after each convolution but the first (DCGAN puts none
+        on the discriminator's input layer): "none" (the default, the plain
+        network), "batch" (BatchNorm; its running statistics are the node's
+        ``batch_stats`` model state, used at test time) or "layer" (LayerNorm,
+        stateless).
+      dropout: drop probability before the classifier (0 disables it; uses the
+        "dropout" rng in training).
     """
 
     widths: Sequence[int] = (64, 128, 256)
@@ -29,15 +38,26 @@ class StridedCNN(nn.Module):
     kernel_size: int = 4
     hidden: int | None = None
     negative_slope: float = 0.2
+    norm: str = "none"
+    dropout: float = 0.0
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False) -> tuple[jax.Array, jax.Array]:
         """Args: x ``[B, H, W, C]`` float images. Returns logits ``[B, C]``, features ``[B, F]``."""
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
         h = x
-        for width in self.widths:
-            h = nn.Conv(width, (self.kernel_size, self.kernel_size), strides=(2, 2), padding="SAME")(h)
+        for i, width in enumerate(self.widths):
+            h = nn.Conv(width, (self.kernel_size, self.kernel_size), strides=(2, 2), padding="SAME",
+                        use_bias=self.norm == "none" or i == 0)(h)
+            if i > 0 and self.norm == "batch":
+                h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
+            elif i > 0 and self.norm == "layer":
+                h = nn.LayerNorm()(h)
             h = nn.leaky_relu(h, self.negative_slope)
         h = h.reshape(h.shape[0], -1)
         if self.hidden is not None:
             h = nn.leaky_relu(nn.Dense(self.hidden)(h), self.negative_slope)
+        if self.dropout > 0:
+            h = nn.Dropout(self.dropout, deterministic=not train)(h)
         return nn.Dense(self.num_classes)(h), h

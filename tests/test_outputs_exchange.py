@@ -1,0 +1,194 @@
+"""Thesis ch. 2 outputs-exchange experiment: smoke run, schema, same-prediction collective, bytes, config rules."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import outputs_exchange as oe
+from jaxcomm import inbox, network
+from jaxcomm.models import MLP
+from jaxcomm.models.cnn import StridedCNN
+
+ROW_FIELDS = {"avg_accuracy", "collective_accuracy", "collective_accuracy_by_weighting", "steps", "target",
+              "steps_to_target_avg", "steps_to_target_collective", "bytes_sent_per_node_step",
+              "allreduce_bytes_per_node_step"}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("outputs_exchange")
+    assert oe.cli(["--preset", "smoke", "--out", str(out)]) == 0
+    oe.write_report(out)  # the command draws it too, unless JAXCOMM_NO_REPORT=1
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
+    out, summary = smoke
+    assert summary["experiment"] == "outputs_exchange" and summary["preset"] == "smoke"
+    assert set(summary["rows"]) == set(oe.ROWS)
+    for name, row in summary["rows"].items():
+        assert ROW_FIELDS <= set(row), name
+        assert set(row["collective_accuracy_by_weighting"]) == {"entropy", "negentropy", "mean", "vote"}
+        assert row["collective_accuracy"] == row["collective_accuracy_by_weighting"]["negentropy"]
+        assert row["steps"] == summary["config"]["num_steps"] and row["target"] == summary["config"]["target"]
+        for key in ("steps_to_target_avg", "steps_to_target_collective"):
+            assert row[key] is None or (isinstance(row[key], int) and 0 < row[key] <= row["steps"])
+        assert 0 <= row["avg_accuracy"] <= 100 and np.isfinite(row["bytes_sent_per_node_step"])
+    curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines()]
+    assert [c["run"] for c in curves if c["kind"] == "row"] == list(oe.ROWS)
+    assert {s["study"] for s in summary["studies"]} == set(oe.STUDIES) and summary["skipped_studies"] == []
+    for path in ("table.md", "rows.png", "studies.png"):
+        assert (out / path).is_file(), path
+    table = (out / "table.md").read_text()
+    assert "Table 2.1" in table and "84.5" in table and "87.7" in table and "all-reduce" in table
+
+
+def test_steps_to_target_is_the_first_evaluation_reaching_it():
+    history = [{"step": 10, "a": 40.0}, {"step": 20, "a": 55.0}, {"step": 30, "a": 50.0}]
+    assert oe.steps_to(history, 50.0, lambda h: h["a"]) == 20
+    assert oe.steps_to(history, 60.0, lambda h: h["a"]) is None
+
+
+def test_one_node_collective_equals_its_accuracy_for_every_weighting(smoke):
+    _, summary = smoke
+    row = summary["rows"]["1_node_no_sharing"]
+    for weighting, value in row["collective_accuracy_by_weighting"].items():
+        assert value == pytest.approx(row["avg_accuracy"], abs=1e-4), weighting  # float32 sums
+    assert row["bytes_sent_per_node_step"] == 0 and row["allreduce_bytes_per_node_step"] == 0
+
+
+def test_collective_and_average_come_from_the_same_predictions():
+    # Three nodes' predictions on four examples, by hand: node accuracies 75, 50, 50 -> average 58.3;
+    # the mean distribution is right on examples 0 and 1 only -> 50; the majority vote on 0, 1, 3 -> 75.
+    probs = np.array([
+        [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]],
+        [[0.6, 0.4], [0.4, 0.6], [0.7, 0.3], [0.8, 0.2]],
+        [[0.2, 0.8], [0.45, 0.55], [0.9, 0.1], [0.45, 0.55]],
+    ], np.float32)
+    labels = np.array([0, 1, 1, 1])
+    metrics = network.evaluate(probs, labels)
+    assert metrics["node_accuracies"] == pytest.approx([75.0, 50.0, 50.0])
+    assert metrics["avg_accuracy"] == pytest.approx(175 / 3)
+    assert metrics["collective_accuracy"]["mean"] == pytest.approx(50.0)
+    assert metrics["collective_accuracy"]["vote"] == pytest.approx(75.0)
+    one = network.evaluate(probs[:1], labels)
+    assert all(v == pytest.approx(one["avg_accuracy"]) for v in one["collective_accuracy"].values())
+
+
+def test_bytes_accounting_against_a_hand_count():
+    # true labels: 32 int32 indices (128 B) + 32 uint8 class ids + 8 B header = 168 B per message.
+    assert inbox.message_bytes(32, 10, "true_labels") == 168
+    # logits: 128 B of indices + 32 x 10 float32 (1,280 B) + 8 = 1,416 B; 128-wide features 16,520 B.
+    assert inbox.message_bytes(32, 10, "logits") == 1416
+    assert inbox.message_bytes(32, 128, "features") == 128 + 32 * 128 * 4 + 8
+    # 90 copies sent in 100 steps by 10 nodes: 90 x 168 / 1,000 B per node and step.
+    assert oe.bytes_per_node_step(90, batch_size=32, payload_dim=10, content="true_labels", num_nodes=10,
+                                  steps=100) == pytest.approx(15.12)
+    assert oe.bytes_per_node_step(90, batch_size=32, payload_dim=10, content="none", num_nodes=10, steps=100) == 0
+    # ring all-reduce: 2 (N - 1) / N x 4 B x P; P of the 16-32-64 CNN with BatchNorm and a 128-wide dense layer:
+    # conv 4*4*3*16 + 16 = 784; 4*4*16*32 + 2*32 = 8,256; 4*4*32*64 + 2*64 = 32,896 (no conv bias under BN);
+    # dense 1,024*128 + 128 = 131,200; logits 128*10 + 10 = 1,290 -> 174,426.
+    params, features = oe.model_sizes(StridedCNN(widths=(16, 32, 64), hidden=128, norm="batch"), (32, 32, 3))
+    assert (params, features) == (174_426, 128)
+    assert oe.allreduce_bytes(10, params) == pytest.approx(2 * 9 / 10 * 4 * 174_426)
+    assert oe.allreduce_bytes(1, params) == 0
+    assert oe.model_sizes(MLP(hidden=(16,)), (28, 28, 1)) == (784 * 16 + 16 + 16 * 10 + 10, 16)
+
+
+def test_measured_bytes_match_the_sent_counter(smoke):
+    _, summary = smoke
+    for name, row in summary["rows"].items():
+        expected = row["counters"]["sent"] * row["message_bytes"] / (row["nodes"] * row["steps"])
+        assert row["bytes_sent_per_node_step"] == pytest.approx(expected), name
+        if row["content"] == "none":
+            assert row["bytes_sent_per_node_step"] == 0 and row["counters"]["sent"] == 0
+        else:  # broadcast p_c / (N - 1) to N - 1 receivers: p_c = 0.5 copies per node and step on average
+            assert 0.2 < row["counters"]["sent"] / (row["nodes"] * row["steps"]) < 0.9, name
+        params = row["num_params"]
+        assert row["allreduce_bytes_per_node_step"] == pytest.approx(2 * (row["nodes"] - 1) / row["nodes"] * 4 * params)
+
+
+def test_identical_study_points_are_trained_once(smoke):
+    _, summary = smoke
+    by_run = {}
+    for point in summary["studies"]:
+        by_run.setdefault(point["run"], []).append(point["label"])
+    # The smoke studies' points are the rows' networks but for the ring p = 1: trained once, shared.
+    assert sorted(by_run["10_nodes_true_labels"]) == ["N=10", "p=9", "p_c=0.5"]
+    assert by_run["1_node_no_sharing"] == ["N=1"] and by_run["10_nodes_logits"] == ["tau=1"]
+    assert [run for run in by_run if run.startswith("study_")] == ["study_0_n10_true_labels"]  # the ring
+
+
+def test_a_spent_time_budget_skips_studies_but_never_rows():
+    config = oe.smoke_config().__class__(**{**oe.smoke_config().__dict__, "rows": ("1_node_no_sharing",),
+                                             "studies": ("temperature",), "time_budget_s": 1e-9})
+    result = oe.run(config, progress=False)
+    assert list(result["rows"]) == ["1_node_no_sharing"] and result["studies"] == []
+    assert len(result["skipped_studies"]) == 1 and "temperature" in result["skipped_studies"][0]
+
+
+def test_strided_cnn_defaults_are_unchanged():
+    # 4x4 convs 3->64->128->256 with biases, stride 2, then 4*4*256 -> 10: 699,850 parameters, no model state.
+    model = StridedCNN()
+    variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), np.zeros((1, 32, 32, 3), np.float32)))
+    assert set(variables) == {"params"}
+    assert sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(variables)) == 699_850
+    with pytest.raises(ValueError, match="norm"):
+        StridedCNN(norm="group").init(jax.random.PRNGKey(0), np.zeros((1, 32, 32, 3), np.float32))
+
+
+def test_batchnorm_cnn_trains_in_a_network(tiny_dataset):
+    dataset = tiny_dataset
+    model = StridedCNN(widths=(4, 8), hidden=8, norm="batch", num_classes=dataset.num_classes)
+    config = network.NetworkConfig(num_nodes=1, topology="full", content="none", num_steps=2, eval_every=2)
+    out = network.train_network(config, model, dataset, progress=False)
+    assert "batch_stats" in out["state"].nodes.model_state and np.isfinite(out["final"]["loss"])
+
+
+BAD = [
+    ("dataset", {"dataset": "svhn"}),
+    ("widths", {"widths": ()}),
+    ("study_widths", {"study_widths": (0,)}),
+    ("hidden", {"hidden": -1}),
+    ("norm", {"norm": "group"}),
+    ("augment", {"augment": "yes"}),
+    ("batch_size", {"batch_size": 0}),
+    ("num_steps", {"num_steps": 0}),
+    ("eval_every", {"eval_every": 0}),
+    ("learning_rate", {"learning_rate": 0.0}),
+    ("consume_prob", {"consume_prob": 1.5}),
+    ("broadcast_factor", {"broadcast_factor": 0.0}),
+    ("temperature", {"temperature": -1.0}),
+    ("target", {"target": 101.0}),
+    ("rows", {"rows": ("2_nodes_gradients",)}),
+    ("rows", {"rows": ()}),
+    ("studies", {"studies": ("width",)}),
+    ("studies", {"studies": ("nodes", "nodes")}),
+    ("study_node_counts", {"study_node_counts": (0,)}),
+    ("study_neighbours", {"study_neighbours": (10,)}),
+    ("study_consume", {"study_consume": (0.0,)}),
+    ("study_broadcast_factors", {"study_broadcast_factors": (-1.0,)}),
+    ("study_temperatures", {"study_temperatures": (0.0,)}),
+    ("time_budget_s", {"time_budget_s": -5.0}),
+    ("seed", {"seed": 1.5}),
+]
+
+
+@pytest.mark.parametrize("field, change", BAD, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BAD)])
+def test_bad_config_is_rejected_naming_the_field(field, change):
+    with pytest.raises(ValueError, match=field) as error:
+        oe.OutputsExchangeConfig(**change)
+    assert "must be" in str(error.value) and "got" in str(error.value)
+
+
+def test_presets_are_valid_and_the_thesis_preset_has_the_thesis_settings():
+    for build in oe.PRESETS.values():
+        build()
+    thesis = oe.thesis_config()
+    assert thesis.widths == (64, 128, 256) and thesis.num_steps == 5000 and thesis.target == 85.0
+    assert thesis.consume_prob == 0.5 and thesis.learning_rate == 1e-3 and thesis.dataset == "cifar10"
+    assert oe.cpu_config().study_node_counts == (1, 10, 20, 50, 100)
