@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import pathlib
 import sys
 import time
@@ -470,12 +469,6 @@ def _accuracy(fns: Functions, gen_b, probe, split: ImageSplit, arrays: MemberArr
     return 100.0 * np.asarray(counts) / len(split.labels)
 
 
-@jax.jit
-def _where(mask: jax.Array, new, old):
-    """Per member (leading axis): ``new`` where ``mask``, else ``old``."""
-    return jax.tree_util.tree_map(lambda a, b: jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
-
-
 def train_population(config: LanguageConfig, members: Sequence[Member], dataset: ImageDataset, *, length: int,
                      num_steps: int, progress: bool = True, desc: str | None = None,
                      checkpointer: Checkpointer | None = None) -> dict:
@@ -504,7 +497,7 @@ def train_population(config: LanguageConfig, members: Sequence[Member], dataset:
         improved = acc > track["best_val"]
         track["best_val"] = np.where(improved, acc, track["best_val"])
         track["best_step"] = np.where(improved, done, track["best_step"])
-        track["best"] = _where(jnp.asarray(improved), (agents.params["gen_b"], agents.probe), track["best"])
+        track["best"] = population.where(improved, (agents.params["gen_b"], agents.probe), track["best"])
         track["steps"].append(done)
         track["val"].append(acc)
         track["diag"].append({k: np.asarray(v) for k, v in fns.diagnose(agents.params, diag_images, arrays).items()})
@@ -691,12 +684,6 @@ def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progr
 
 
 # --------------------------------------------------------------------------- report
-
-
-def _read_run(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
-    summary = json.loads((out_dir / "summary.json").read_text())
-    curves = [json.loads(line) for line in (out_dir / "curves.jsonl").read_text().splitlines() if line.strip()]
-    return summary, curves
 
 
 def _band(members: list[dict], key: str = "val_accuracy"):
@@ -1014,7 +1001,7 @@ def table_markdown(summary: dict) -> str:
 
 def write_report(out_dir: pathlib.Path) -> None:
     """Writes table.md, fig4_3.png and messages.png from summary.json and curves.jsonl in ``out_dir``."""
-    summary, curves = _read_run(out_dir)
+    summary, curves = experiment.read_run(out_dir)
     plot_fig4_3(summary, curves, out_dir / "fig4_3.png")
     plot_messages(summary, out_dir / "messages.png")
     experiment.write_table(out_dir, table_markdown(summary))

@@ -37,7 +37,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import sys
 import time
@@ -573,8 +572,7 @@ def table_markdown(summary: dict) -> str:
 
 
 def write_report(out_dir: pathlib.Path) -> None:
-    summary = json.loads((out_dir / "summary.json").read_text())
-    curves = [json.loads(line) for line in (out_dir / "curves.jsonl").read_text().splitlines() if line]
+    summary, curves = experiment.read_run(out_dir)
     plot_rows(curves, out_dir / "rows.png")
     plot_studies(summary.get("studies") or [], out_dir / "studies.png")
     experiment.write_table(out_dir, table_markdown(summary))

@@ -23,7 +23,6 @@ resistance" (§2.1) but never tests it. This experiment
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 import shutil
@@ -395,8 +394,7 @@ def table_markdown(summary: dict) -> str:
 
 
 def write_report(out_dir: pathlib.Path) -> None:
-    summary = json.loads((out_dir / "summary.json").read_text())
-    curves = [json.loads(line) for line in (out_dir / "curves.jsonl").read_text().splitlines() if line]
+    summary, curves = experiment.read_run(out_dir)
     plot(curves, out_dir / "failures.png")
     experiment.write_table(out_dir, table_markdown(summary))
 

@@ -503,10 +503,7 @@ def train_population(
         improved = active & (acc > track["best_val"])
         track["best_val"] = np.where(improved, acc, track["best_val"])
         track["best_step"] = np.where(improved, done, track["best_step"])
-        mask = jnp.asarray(improved)
-        track["best_params"] = jax.tree_util.tree_map(
-            lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-            state.nodes.params, track["best_params"])
+        track["best_params"] = population.where(improved, state.nodes.params, track["best_params"])
         track["steps"].append(done)
         track["val"].append(acc)
         stopping = active & (done - track["best_step"] >= patience)
@@ -709,12 +706,6 @@ LABELS = {"baseline": "baseline (no teacher, true labels)", "stack2_ce_soft": "s
           "stack5_ce_soft": "stack 5, cross-entropy, soft labels",
           "stack5_ce_true": "stack 5, cross-entropy, true labels",
           "stack5_learn_true": "stack 5, learnability, true labels (beyond thesis)"}
-
-
-def _read_run(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
-    summary = json.loads((out_dir / "summary.json").read_text())
-    curves = [json.loads(line) for line in (out_dir / "curves.jsonl").read_text().splitlines() if line.strip()]
-    return summary, curves
 
 
 def _mean_band(students: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -922,7 +913,7 @@ def table_markdown(summary: dict) -> str:
 
 def write_report(out_dir: pathlib.Path) -> None:
     """Writes table.md, fig3_1.png and stack_size.png from ``summary.json`` and ``curves.jsonl`` in ``out_dir``."""
-    summary, curves = _read_run(out_dir)
+    summary, curves = experiment.read_run(out_dir)
     plot_fig3_1(curves, out_dir / "fig3_1.png")
     plot_stack_sizes(summary, out_dir / "stack_size.png")
     experiment.write_table(out_dir, table_markdown(summary))

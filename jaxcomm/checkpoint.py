@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 from typing import Any
 
 import jax
@@ -40,8 +41,6 @@ class Checkpointer:
         self.directory = pathlib.Path(directory).expanduser().absolute()
         self.every, self.resume = every, resume
         if not resume and self.directory.exists():
-            import shutil  # noqa: PLC0415
-
             shutil.rmtree(self.directory)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)

@@ -138,6 +138,14 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -
     return path
 
 
+def read_run(out_dir: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """``(summary, curves)`` of a results folder: what :func:`write_summary` and :func:`write_jsonl` wrote."""
+    out = pathlib.Path(out_dir)
+    summary = json.loads((out / "summary.json").read_text())
+    curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines() if line.strip()]
+    return summary, curves
+
+
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)

@@ -412,8 +412,7 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         nodes, (loss, outgoing) = node_step(state.nodes, images, local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
         if config.has_failures:  # a failed node keeps its parameters and optimiser state
-            nodes = jax.tree_util.tree_map(
-                lambda new, old: jnp.where(alive.reshape((n,) + (1,) * (new.ndim - 1)), new, old), nodes, state.nodes)
+            nodes = population.where(alive, nodes, state.nodes)
         adj = state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got

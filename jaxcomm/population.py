@@ -66,6 +66,13 @@ def stack(trees: Sequence[PyTree]) -> PyTree:
     return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
+def where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
+    """Per node: the leaves of ``on_true`` where ``mask [N]`` holds, else those of ``on_false`` (both ``[N, ...]``)."""
+    mask = jnp.asarray(mask)
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(mask.reshape((-1,) + (1,) * (jnp.ndim(a) - 1)), a, b), on_true, on_false)
+
+
 def _normalise_axes(in_axes: int | None | Sequence[int | None], num_args: int) -> tuple[int | None, ...]:
     axes = (in_axes,) * num_args if in_axes is None or isinstance(in_axes, int) else tuple(in_axes)
     if len(axes) != num_args:

@@ -203,11 +203,12 @@ def run_in_chunks(
     """
     if num_steps < 0 or chunk_size < 1:
         raise ValueError(f"need num_steps >= 0 and chunk_size >= 1, got {num_steps}, {chunk_size}")
-    snapshot = lambda: json.loads(json.dumps(metrics() if metrics else {}))
-    kept = lambda: aux() if aux is not None else None  # host copies: the caller may replace them later
+    # What goes into a checkpoint beside the state; only taken when checkpointing.
+    snapshot = lambda: json.loads(json.dumps(metrics() if metrics and checkpointer else {}))
+    kept = lambda: aux() if aux is not None and checkpointer is not None else None
     done, resumed_from = 0, 0
     if checkpointer is not None and checkpointer.resume and checkpointer.latest_step() is not None:
-        done, (state, saved_aux), saved = checkpointer.restore((state, kept()))
+        done, (state, saved_aux), saved = checkpointer.restore((state, aux() if aux is not None else None))
         resumed_from = done
         if restore_metrics is not None:
             restore_metrics(saved["metrics"])

@@ -113,3 +113,12 @@ def test_bad_backend_and_axes():
         population.lift(lambda x: x, backend="loop", in_axes=1)(jnp.ones((2, 2)))
     with pytest.raises(ValueError, match="num_nodes must be >= 1"):
         population.init_population(init_node, jax.random.PRNGKey(0), 0)
+
+
+def test_where_selects_whole_nodes():
+    new = {"w": jnp.ones((3, 2, 2)), "b": jnp.ones((3,))}
+    old = {"w": jnp.zeros((3, 2, 2)), "b": jnp.zeros((3,))}
+    out = population.where(np.array([True, False, True]), new, old)
+    np.testing.assert_array_equal(out["b"], [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(out["w"][:, 0, 0], [1.0, 0.0, 1.0])
+    assert out["w"][1].sum() == 0 and out["w"][0].sum() == 4
