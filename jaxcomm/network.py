@@ -19,6 +19,13 @@ Algorithm 2:
 
 Nodes only ever gather images of their own shard or of a message they popped.
 
+A node's code is a :class:`NodeProgram` (init, train step, predict), written for
+ONE node; :func:`classifier_program` is the thesis' supervised node and other
+programs (e.g. unsupervised ones) plug into the same step. With
+``gossip_every = k`` nodes also average their parameters with their
+in-neighbours every k steps (the decentralised baseline). :func:`fit` is the
+one training driver, shared with :mod:`jaxcomm.data_parallel`.
+
 References:
   Lacaille (2018), §2.2.2-2.2.3, Algorithm 2.
 """
@@ -26,6 +33,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -89,6 +97,10 @@ class NetworkConfig:
         training minibatch, local or consumed (CIFAR-style augmentation).
       inbox_on_failure: "keep" (a failed node finds its inbox as it left it) or
         "lose" (its pending messages are dropped and counted as such).
+      gossip_every: k > 0 makes every node replace its parameters and model state,
+        every k steps, by the average of its own and its in-neighbours' (gossip
+        averaging over the same graph, :func:`jaxcomm.topology.mixing_matrix`);
+        0 never averages. Optimiser states stay local.
       num_steps: training steps of :func:`train_network`.
       eval_every: steps between evaluations (one jitted chunk).
       seed: seeds the partition, the initialisation and every draw.
@@ -117,6 +129,7 @@ class NetworkConfig:
     failure_steps: float = 100.0
     failure_schedule: tuple = ()
     inbox_on_failure: str = "keep"
+    gossip_every: int = 0
     num_steps: int = 1000
     eval_every: int = 100
     seed: int = 0
@@ -163,6 +176,8 @@ class NetworkConfig:
             "integer triples", self.failure_schedule)
         require(self.inbox_on_failure in INBOX_ON_FAILURE, "inbox_on_failure", f"one of {INBOX_ON_FAILURE}",
                  self.inbox_on_failure)
+        require(is_int(self.gossip_every) and self.gossip_every >= 0, "gossip_every",
+                 "an integer >= 0 (0: no gossip averaging)", self.gossip_every)
         require(is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
         require(is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
         require(is_int(self.seed), "seed", "an integer", self.seed)
@@ -253,6 +268,13 @@ def flip_and_crop(key: jax.Array, images: jax.Array, *, pad: int = 4) -> jax.Arr
     return jax.vmap(crop)(padded, corner)
 
 
+def local_batches(key: jax.Array, data: NetworkData, batch_size: int) -> jax.Array:
+    """``[N, B]`` training-set rows: each node's minibatch, drawn with replacement from its own shard only."""
+    n = data.shard_indices.shape[0]
+    position = jax.random.randint(key, (n, batch_size), 0, data.shard_sizes[:, None])
+    return jnp.take_along_axis(data.shard_indices, position, axis=1)
+
+
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
     """Mean over the batch of ``-sum_j y_j log f(x)_j`` (eq. 2.2.2); targets ``[B, C]``."""
     return -jnp.mean(jnp.sum(targets * jax.nn.log_softmax(logits), axis=-1))
@@ -274,45 +296,56 @@ def consumed_loss(content: str, logits, features, payload, temperature: float) -
     raise ValueError(f"content must be one of {CONTENTS[1:]} for a consumed loss, got {content!r}")
 
 
-@dataclasses.dataclass(frozen=True)
-class Network:
-    """Pure functions of a network of classifier nodes; build with :func:`make_network`.
+def apply_classifier(model: nn.Module, params, model_state, x: jax.Array, *, train: bool, key=None):
+    """``((logits [B, C], features [B, F]), model_state)`` of a classifier on float images ``x``.
+
+    In training, mutable collections (BatchNorm's ``batch_stats``) are updated
+    and returned; ``key`` feeds the "dropout" rng.
+    """
+    variables = {"params": params, **model_state}
+    rngs = {"dropout": key} if key is not None else None
+    if train and model_state:
+        return model.apply(variables, x, train=True, rngs=rngs, mutable=list(model_state))
+    return model.apply(variables, x, train=train, rngs=rngs), model_state
+
+
+class NodeProgram(NamedTuple):
+    """ONE node's code, written once; :func:`make_network` lifts it to N nodes.
 
     Attributes:
-      config: the validated configuration.
-      init: ``init(key) -> NetworkState``.
-      step: ``step(state, data) -> (state, StepInfo)``, pure; jit it.
-      predict: ``predict(nodes, images [M, H, W, C] uint8) -> probs [N, M, C]``, jitted.
+      init: ``init(key) -> NodeState`` of one node (any pytrees as params, model
+        state and optimiser state).
+      train: ``train(state, images [B, H, W, C] uint8, local_targets [B, C],
+        payload [B, D], consumed [] bool, key) -> (state, (loss [], outgoing
+        [B, D]))``: one training step. ``consumed`` says the images came from a
+        popped message whose sender's payload is ``payload``; ``outgoing`` is
+        what the node broadcasts about the batch it just trained on. Programs
+        without labels ignore ``local_targets``.
+      predict: ``predict(state, images [M, H, W, C] uint8) -> [M, ...]``: class
+        probabilities of a classifier, features of an unsupervised model.
       payload_dim: D, the width of a message's payload.
-      backend: the lift's backend ("auto" resolved).
-      step_loop: "scan" or "dispatch" ("auto" resolved).
+      family: the benchmark family of :func:`jaxcomm.speed.choose` ("cnn", ...).
     """
 
-    config: NetworkConfig
-    init: Callable[[jax.Array], NetworkState]
-    step: Callable[[NetworkState, NetworkData], tuple[NetworkState, StepInfo]]
+    init: Callable[[jax.Array], population.NodeState]
+    train: Callable[..., tuple[population.NodeState, tuple[jax.Array, jax.Array]]]
     predict: Callable[[population.NodeState, jax.Array], jax.Array]
     payload_dim: int
-    backend: str
-    step_loop: str
+    family: str = "other"
 
 
-def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int) -> Network:
-    """Builds the pure functions of a network of ``model`` nodes.
+def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],
+                       num_classes: int) -> NodeProgram:
+    """The thesis' supervised node: cross-entropy on local labels, the content's loss on consumed data.
 
     Args:
-      config: the network.
+      config: reads ``content``, ``consumed_weight``, ``temperature``, ``learning_rate``.
       model: a Flax classifier ``model(x [B, H, W, C], train=bool) -> (logits
         [B, C], features [B, F])``; dropout, if any, uses the "dropout" rng.
       image_shape: ``(H, W, C)`` of one image.
       num_classes: C.
-
-    Returns:
-      A :class:`Network`.
     """
-    n, b, content = config.num_nodes, config.batch_size, config.content
-    backend, step_loop = speed.choose(speed.model_family(model), n, batch_size=b, backend=config.backend,
-                                      step_loop=config.step_loop)
+    content = config.content
     optimizer = optax.adam(config.learning_rate)
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
     feature_shape = jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape
@@ -323,12 +356,7 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         params = variables.pop("params")
         return population.NodeState(params, variables, optimizer.init(params))
 
-    def apply(params, model_state, x, *, train: bool, key=None):
-        variables = {"params": params, **model_state}
-        rngs = {"dropout": key} if key is not None else None
-        if train and model_state:
-            return model.apply(variables, x, train=True, rngs=rngs, mutable=list(model_state))
-        return model.apply(variables, x, train=train, rngs=rngs), model_state
+    apply = functools.partial(apply_classifier, model)
 
     def loss_fn(params, model_state, images, local_targets, payload, consumed, key):
         (logits, features), model_state = apply(params, model_state, to_unit_float(images), train=True, key=key)
@@ -343,13 +371,60 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
             outgoing = {"logits": logits, "features": features, "none": payload}[content]
         return loss, (model_state, jax.lax.stop_gradient(outgoing))
 
-    node_step = population.lift(population.make_train_step(loss_fn, optimizer), backend=backend)
-
     def predict_node(state: population.NodeState, images):
         (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
         return jax.nn.softmax(logits)
 
-    predict = jax.jit(population.lift(predict_node, backend=backend, in_axes=(0, None)))
+    return NodeProgram(init_node, population.make_train_step(loss_fn, optimizer), predict_node, payload_dim,
+                       speed.model_family(model))
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """Pure functions of a network of nodes; build with :func:`make_network`.
+
+    Attributes:
+      config: the validated configuration.
+      init: ``init(key) -> NetworkState``.
+      step: ``step(state, data) -> (state, StepInfo)``, pure; jit it.
+      predict: ``predict(nodes, images [M, H, W, C] uint8) -> [N, M, ...]`` (class
+        probabilities of classifier nodes), jitted.
+      payload_dim: D, the width of a message's payload.
+      backend: the lift's backend ("auto" resolved).
+      step_loop: "scan" or "dispatch" ("auto" resolved).
+    """
+
+    config: NetworkConfig
+    init: Callable[[jax.Array], NetworkState]
+    step: Callable[[NetworkState, NetworkData], tuple[NetworkState, StepInfo]]
+    predict: Callable[[population.NodeState, jax.Array], jax.Array]
+    payload_dim: int
+    backend: str
+    step_loop: str
+
+
+def make_network(config: NetworkConfig, model: nn.Module | NodeProgram, *, image_shape: tuple[int, ...],
+                 num_classes: int) -> Network:
+    """Builds the pure functions of a network of ``model`` nodes.
+
+    Args:
+      config: the network.
+      model: a :class:`NodeProgram`, or a Flax classifier made into one by
+        :func:`classifier_program`.
+      image_shape: ``(H, W, C)`` of one image.
+      num_classes: C, the width of the one-hot local targets.
+
+    Returns:
+      A :class:`Network`.
+    """
+    program = model if isinstance(model, NodeProgram) else classifier_program(
+        config, model, image_shape=image_shape, num_classes=num_classes)
+    n, b, content, payload_dim = config.num_nodes, config.batch_size, config.content, program.payload_dim
+    backend, step_loop = speed.choose(program.family, n, batch_size=b, backend=config.backend,
+                                      step_loop=config.step_loop)
+    node_step = population.lift(program.train, backend=backend)
+    init_node = program.init
+    predict = jax.jit(population.lift(program.predict, backend=backend, in_axes=(0, None)))
 
     def graph(key: jax.Array, step) -> jax.Array:
         if config.topology == "ring":
@@ -394,9 +469,7 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
             want, broadcast = want & alive, broadcast & alive
             if content != "none" and config.inbox_on_failure == "lose":
                 box = inbox.clear(box, state.alive & ~alive)
-        # Local minibatch, sampled with replacement from the node's own shard only.
-        position = jax.random.randint(k_sample, (n, b), 0, data.shard_sizes[:, None])
-        local = jnp.take_along_axis(data.shard_indices, position, axis=1)  # [N, B]
+        local = local_batches(k_sample, data, b)  # [N, B]
         local_targets = jax.nn.one_hot(data.labels[local], num_classes)
         got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
@@ -414,6 +487,13 @@ def make_network(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[
         if config.has_failures:  # a failed node keeps its parameters and optimiser state
             nodes = population.where(alive, nodes, state.nodes)
         adj = state.adj
+        if config.gossip_every:
+            live = adj & alive[:, None] & alive[None, :] if config.has_failures else adj
+            mixed = topology.mix(topology.mixing_matrix(live), (nodes.params, nodes.model_state))
+            due = (state.step + 1) % config.gossip_every == 0
+            params, model_state = jax.tree_util.tree_map(lambda m, x: jnp.where(due, m, x), mixed,
+                                                         (nodes.params, nodes.model_state))
+            nodes = nodes._replace(params=params, model_state=model_state)
         if not config.rebroadcast:
             broadcast = broadcast & ~got
         if content != "none":
@@ -482,31 +562,47 @@ def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | N
             "collective_accuracy": collective, "reachable": len(per_node) if mask is None else int(mask.sum())}
 
 
-def counter_totals(state: NetworkState) -> dict:
-    """Inbox counters summed over nodes (zeros without an inbox)."""
-    if state.inbox is None:
+def counter_totals(state) -> dict:
+    """Inbox counters summed over nodes (zeros for a state without an inbox)."""
+    box = getattr(state, "inbox", None)
+    if box is None:
         return {field: 0 for field in inbox.InboxCounters._fields} | {"pending": 0}
-    counters, pending = population.to_host((state.inbox.counters, state.inbox.count))
+    counters, pending = population.to_host((box.counters, box.count))
     return {field: int(np.sum(value)) for field, value in counters._asdict().items()} | {"pending": int(pending.sum())}
 
 
-def train_network(
-    config: NetworkConfig,
-    model: nn.Module,
-    dataset: ImageDataset,
+def accuracy_evaluator(split) -> Callable[[Network, NetworkState, int], dict]:
+    """The classifier metrics of :func:`evaluate` on ``split`` (images, labels), over the reachable nodes."""
+
+    def evaluator(network: Network, state: NetworkState, steps_done: int) -> dict:
+        reachable = population.to_host(state.alive) if network.config.has_failures else None
+        return evaluate(predict_in_batches(network, state.nodes, split.images), split.labels, reachable=reachable)
+
+    return evaluator
+
+
+def fit(
+    network,
+    data,
+    evaluator: Callable[..., dict],
     *,
-    eval_split: str = "test",
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
 ) -> dict:
-    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps.
+    """Trains ``network`` from ``network.init(PRNGKey(seed))`` and evaluates it every ``eval_every`` steps.
+
+    The one training driver of every system built on the network step (a
+    :class:`Network`, or any object with its ``config``, ``init``, ``step`` and
+    ``step_loop`` whose step returns a :class:`StepInfo`, such as
+    :func:`jaxcomm.data_parallel.make_data_parallel`).
 
     Args:
-      config: the network and its schedule.
-      model: a Flax classifier returning ``(logits, features)``.
-      dataset: images and labels; the training split is sharded over the nodes.
-      eval_split: "test" or "validation", the split evaluated between chunks.
+      network: the system; its config gives ``num_steps``, ``eval_every`` and ``seed``.
+      data: the arrays its step reads (:func:`network_data`).
+      evaluator: ``evaluator(network, state, steps_done) -> dict`` of metrics,
+        merged into the history record; an "avg_accuracy" and a "collective_accuracy"
+        dict with "negentropy" show in the progress bar.
       progress: draw a progress bar.
       desc: its label.
       checkpointer: saves the whole state and the history every
@@ -519,30 +615,29 @@ def train_network(
       jaxcomm.runner.Interrupted: a checkpointed run was interrupted (after saving).
 
     Returns:
-      A dict with ``history`` (one record per evaluation: step, losses,
-      accuracies, inbox counters), ``final`` (the last record), ``state`` (the
-      trained :class:`NetworkState`), ``steps_done``, ``interrupted`` and
-      ``train_seconds``.
+      A dict with ``history`` (one record per evaluation: step, losses, the
+      evaluator's metrics, inbox counters), ``final`` (the last record), ``state``,
+      ``steps_done``, ``interrupted`` and ``train_seconds``.
     """
-    split = getattr(dataset, eval_split)
-    network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
-                           num_classes=dataset.num_classes)
-    data = network_data(dataset, config)
+    config = network.config
     state = network.init(jax.random.PRNGKey(config.seed))
     history: list[dict] = []
     start = time.perf_counter()
 
-    def record(steps_done: int, state: NetworkState, infos: StepInfo) -> dict:
-        reachable = population.to_host(state.alive) if config.has_failures else None
-        metrics = evaluate(predict_in_batches(network, state.nodes, split.images), split.labels, reachable=reachable)
+    def record(steps_done: int, state, infos: StepInfo) -> dict:
+        metrics = evaluator(network, state, steps_done)
         infos = population.to_host(infos)
         entry = {"step": steps_done, "loss": float(np.mean(infos.loss)),
                  "consumed_fraction": float(np.mean(infos.consumed)),
                  "alive_fraction": float(np.mean(infos.alive)), **metrics,
                  "counters": counter_totals(state), "seconds": time.perf_counter() - start}
         history.append(entry)
-        return {"avg": f"{metrics['avg_accuracy']:.1f}",
-                "coll": f"{metrics['collective_accuracy']['negentropy']:.1f}"}
+        shown = {}
+        if "avg_accuracy" in metrics:
+            shown["avg"] = f"{metrics['avg_accuracy']:.1f}"
+        if isinstance(metrics.get("collective_accuracy"), dict) and "negentropy" in metrics["collective_accuracy"]:
+            shown["coll"] = f"{metrics['collective_accuracy']['negentropy']:.1f}"
+        return shown
 
     summarize = lambda info: info._replace(indices=info.indices[:, :0])
     result = runner.run_in_chunks(network.step, state, data, num_steps=config.num_steps,
@@ -554,3 +649,38 @@ def train_network(
     return {"history": history, "final": history[-1] if history else None, "state": result.state,
             "steps_done": result.steps_done, "interrupted": result.interrupted,
             "train_seconds": result.seconds}
+
+
+def train_network(
+    config: NetworkConfig,
+    model: nn.Module | NodeProgram,
+    dataset: ImageDataset,
+    *,
+    eval_split: str = "test",
+    progress: bool = True,
+    desc: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    evaluator: Callable[[Network, NetworkState, int], dict] | None = None,
+) -> dict:
+    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`fit`).
+
+    Args:
+      config: the network and its schedule.
+      model: a Flax classifier returning ``(logits, features)``, or a :class:`NodeProgram`.
+      dataset: images and labels; the training split is sharded over the nodes.
+      eval_split: "test" or "validation", the split the default evaluator uses.
+      progress: draw a progress bar.
+      desc: its label.
+      checkpointer: see :func:`fit`.
+      evaluator: ``evaluator(network, state, steps_done) -> dict``; default
+        :func:`accuracy_evaluator` on ``eval_split`` (classifier nodes).
+
+    Returns:
+      :func:`fit`'s dict: ``history``, ``final``, ``state``, ``steps_done``,
+      ``interrupted``, ``train_seconds``.
+    """
+    network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
+                           num_classes=dataset.num_classes)
+    evaluator = evaluator or accuracy_evaluator(getattr(dataset, eval_split))
+    return fit(network, network_data(dataset, config), evaluator, progress=progress, desc=desc,
+               checkpointer=checkpointer)

@@ -280,3 +280,19 @@ def out_degree(adj: np.ndarray | jax.Array) -> jax.Array:
         ``[N] int32``, ``out_degree[i] = sum_j adj[i, j]`` (p for ``ring``).
     """
     return jnp.sum(jnp.asarray(adj), axis=1, dtype=jnp.int32)
+
+
+def mixing_matrix(adj: np.ndarray | jax.Array) -> jax.Array:
+    """Gossip weights ``W [N, N]``: node j averages itself with its in-neighbours, equally.
+
+    ``W[j, i] = 1 / (1 + in_degree(j))`` for ``i = j`` and every ``i`` with
+    ``adj[i, j]`` (i sends to j), else 0; every row sums to 1.
+    """
+    received = jnp.asarray(adj, jnp.float32).T + jnp.eye(jnp.shape(adj)[0], dtype=jnp.float32)
+    return received / jnp.sum(received, axis=1, keepdims=True)
+
+
+def mix(weights: jax.Array, tree):
+    """``W @ x`` along the node axis of every leaf ``[N, ...]`` of ``tree``: one gossip round."""
+    return jax.tree_util.tree_map(
+        lambda leaf: jnp.tensordot(weights, leaf.astype(jnp.float32), axes=1).astype(leaf.dtype), tree)

@@ -1,0 +1,378 @@
+"""Accuracy against bytes moved: output sharing (thesis ch. 2) against the gradient exchanges it argues against.
+
+    JAXCOMM_DATA_DIR=/work/shared-cifar python experiments/bandwidth_frontier.py --preset cpu
+    python experiments/bandwidth_frontier.py --preset smoke --out /tmp/bf      # seconds, shipped MNIST sample
+    python experiments/bandwidth_frontier.py report results/bandwidth_frontier  # redraw table.md and the plot
+
+Every method trains the chapter-2 CNN on the same 10 disjoint CIFAR-10 shards, with the CNN, batch,
+optimiser and step budget of the chapter-2 preset named by ``chapter2_preset``
+(``experiments/outputs_exchange.py``), and is scored by its final test accuracy against the bytes
+each node sent per step:
+
+* ``outputs:<content>``: Algorithm 2 (:mod:`jaxcomm.network`) exchanging true labels, logits (soft
+  labels) or features, exactly the chapter-2 rows; accuracy = the collective decision (negentropy);
+  bytes = the inbox's measured ``sent`` copies x message size.
+* ``sync``: synchronous data-parallel SGD of one shared model (:mod:`jaxcomm.data_parallel`),
+  gradients all-reduced densely every step: ring all-reduce bytes 2 (N-1)/N x 4 P.
+* ``gossip:<k>``: every node trains its own model and every k steps averages its parameters (and
+  BatchNorm statistics) with its in-neighbours on a ring of ``gossip_neighbours``
+  (``NetworkConfig.gossip_every``); bytes = neighbours x 4 x (parameters + statistics) / k;
+  accuracy = the collective decision.
+* ``<compressor>:<setting>[:whole|:layer][:ef|:noef]``: synchronous SGD with each node's gradient
+  compressed by :mod:`jaxcomm.compression` before an all-gather ((N-1) x message bytes):
+  ``top_k:<fraction>``, ``random_k:<fraction>``, ``sign``, ``qsgd:<levels>``; per tensor
+  (default) or the whole model as one vector; error feedback by default for top-k and sign (biased),
+  not for random-k and QSGD (QSGD with error feedback diverged in a smoke test: its residual is
+  unbiased noise that accumulates).
+
+A method is on the frontier if no other method reached a higher accuracy with fewer bytes.
+
+References:
+  Lacaille (2018), §1.3.2.2, §2.1, §2.4; seeds 003 (learned gradient compression) and 004
+  (layer-by-layer compression).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+if __name__ == "__main__":  # run as a script: make the sibling experiment importable as experiments.*
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from experiments import outputs_exchange  # noqa: E402
+from jaxcomm import compression, data_parallel, experiment  # noqa: E402
+from jaxcomm.checkpoint import Checkpoints  # noqa: E402
+from jaxcomm.validation import integer, one_of, require  # noqa: E402
+
+EXPERIMENT = "bandwidth_frontier"
+FAMILIES = ("outputs", "sync", "gossip", "compressed")
+DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": False}
+CPU_METHODS = (
+    "sync", "outputs:true_labels", "outputs:logits", "outputs:features", "top_k:0.01", "sign", "qsgd:4",
+    "gossip:10", "random_k:0.1", "top_k:0.001", "top_k:0.01:whole", "sign:whole", "qsgd:1", "outputs:none",
+    "gossip:100", "random_k:0.01",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One parsed method spec (see the module docstring)."""
+
+    name: str
+    family: str
+    content: str = "none"
+    gossip_every: int = 0
+    compression: str = "none"
+    fraction: float = 0.01
+    levels: int = 4
+    per_layer: bool = True
+    feedback: bool = False
+
+
+def parse_method(spec: str) -> Method:
+    """Parses ``spec``; ValueError naming what is wrong."""
+    parts = spec.split(":")
+    head, args = parts[0], parts[1:]
+    bad = ValueError(f"method {spec!r}: expected outputs:<none|true_labels|logits|features>, sync, gossip:<k>, "
+                     f"top_k:<fraction>, random_k:<fraction>, sign or qsgd:<levels>, the compressors optionally "
+                     f"followed by :whole or :layer and :ef or :noef")
+    if head == "outputs":
+        if len(args) != 1 or args[0] not in ("none", "true_labels", "logits", "features"):
+            raise bad
+        return Method(spec, "outputs", content=args[0])
+    if head == "sync":
+        if args:
+            raise bad
+        return Method(spec, "sync")
+    if head == "gossip":
+        if len(args) != 1 or not args[0].isdigit() or int(args[0]) < 1:
+            raise bad
+        return Method(spec, "gossip", gossip_every=int(args[0]))
+    if head not in DEFAULT_FEEDBACK:
+        raise bad
+    takes_setting = head != "sign"
+    if takes_setting and not args:
+        raise bad
+    setting, flags = (args[0], args[1:]) if takes_setting else (None, args)
+    if any(flag not in ("whole", "layer", "ef", "noef") for flag in flags) or len(set(flags)) != len(flags):
+        raise bad
+    kwargs = {"per_layer": "whole" not in flags,
+              "feedback": "ef" in flags or (DEFAULT_FEEDBACK[head] and "noef" not in flags)}
+    try:
+        if head in ("top_k", "random_k"):
+            kwargs["fraction"] = float(setting)
+        elif head == "qsgd":
+            kwargs["levels"] = int(setting)
+        compression.check(head, fraction=kwargs.get("fraction", 0.01), levels=kwargs.get("levels", 4),
+                          per_layer=kwargs["per_layer"], feedback=kwargs["feedback"])
+    except ValueError as error:
+        raise ValueError(f"method {spec!r}: {error}") from None
+    return Method(spec, "compressed", compression=head, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class BandwidthFrontierConfig:
+    """The frontier of accuracy against bytes per node.
+
+    Attributes:
+      chapter2_preset: the ``experiments/outputs_exchange.py`` preset whose data, CNN, batch, optimiser,
+        sharing settings and ``num_steps`` every method uses.
+      data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
+      num_nodes: N.
+      eval_every: steps between test evaluations (every method is scored at the final step).
+      methods: specs (module docstring), run in this order; the time budget cuts the last ones.
+      gossip_neighbours: out-neighbours on the gossip ring.
+      time_budget_s: wall seconds after which no method starts whose estimated time (the mean of the
+        methods run so far) would overrun; skipped ones are listed in the summary. 0: no limit.
+      seed: seeds shards, initialisations and every draw.
+    """
+
+    chapter2_preset: str = "cpu"
+    data_dir: str = ""
+    num_nodes: int = 10
+    eval_every: int = 1000
+    methods: tuple[str, ...] = CPU_METHODS
+    gossip_neighbours: int = 2
+    time_budget_s: float = 3240.0
+    seed: int = 0
+
+    def __post_init__(self):
+        one_of("chapter2_preset", self.chapter2_preset, tuple(outputs_exchange.PRESETS))
+        require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
+        integer("num_nodes", self.num_nodes, low=2)
+        integer("eval_every", self.eval_every, low=1)
+        require(isinstance(self.methods, tuple) and len(self.methods) >= 1
+                and len(set(self.methods)) == len(self.methods), "methods", "a non-empty tuple of distinct specs",
+                self.methods)
+        for spec in self.methods:
+            parse_method(spec)
+        integer("gossip_neighbours", self.gossip_neighbours, low=1, high=self.num_nodes - 1)
+        require(isinstance(self.time_budget_s, float | int) and self.time_budget_s >= 0, "time_budget_s",
+                "a number of seconds >= 0", self.time_budget_s)
+        integer("seed", self.seed)
+
+    def chapter2(self) -> outputs_exchange.OutputsExchangeConfig:
+        return dataclasses.replace(outputs_exchange.PRESETS[self.chapter2_preset](), data_dir=self.data_dir,
+                                   seed=self.seed)
+
+
+def cpu_config() -> BandwidthFrontierConfig:
+    """Under 60 minutes on 2 CPU cores: the chapter-2 cpu preset's CNN and 3,000 steps, 16 methods in priority
+    order until the 54-minute budget."""
+    return BandwidthFrontierConfig()
+
+
+def thesis_config() -> BandwidthFrontierConfig:
+    """The chapter-2 thesis preset (64-128-256 CNN, 5,000 steps) and every method, for an accelerator."""
+    return BandwidthFrontierConfig(chapter2_preset="thesis", eval_every=500, time_budget_s=0.0,
+                                   methods=CPU_METHODS + ("top_k:0.1", "qsgd:16", "gossip:1"))
+
+
+def smoke_config() -> BandwidthFrontierConfig:
+    """Seconds: MLP nodes on the shipped MNIST sample, one method of each kind."""
+    return BandwidthFrontierConfig(chapter2_preset="smoke", eval_every=10, time_budget_s=0.0,
+                                   methods=("sync", "outputs:true_labels", "gossip:5", "top_k:0.05", "sign:whole",
+                                            "qsgd:2", "random_k:0.1:ef"), num_nodes=4, gossip_neighbours=1)
+
+
+PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def model_floats(model, image_shape: tuple[int, ...]) -> int:
+    """Floats a node holds in its model: parameters plus statistics (what gossip averaging sends)."""
+    dummy = jax.ShapeDtypeStruct((1, *image_shape), np.float32)
+    variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), dummy)
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(variables))
+
+
+def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, checkpoints: Checkpoints | None,
+               progress: bool) -> dict:
+    """Trains one method; its row: accuracy, bytes per node and step, steps, wall seconds."""
+    chapter2 = config.chapter2()
+    model = outputs_exchange.model_for(chapter2, dataset.num_classes)
+    image_shape = dataset.train.images.shape[1:]
+    safe_name = method.name.replace(":", "_")  # a checkpoint folder name
+    checkpointer = checkpoints.run(safe_name) if checkpoints else None
+    steps = chapter2.num_steps
+    if method.family in ("outputs", "gossip"):
+        net = chapter2.network(config.num_nodes, method.content, steps=steps, eval_every=config.eval_every)
+        if method.family == "gossip":
+            net = net.replace(topology="ring", num_neighbours=config.gossip_neighbours,
+                              gossip_every=method.gossip_every)
+        out = outputs_exchange.train(chapter2, net, model, dataset, name=safe_name, checkpoints=checkpoints,
+                                     progress=progress)
+        summary = out["summary"]
+        sent = summary["bytes_sent_per_node_step"]
+        if method.family == "gossip":
+            sent = config.gossip_neighbours * 4 * model_floats(model, image_shape) / method.gossip_every
+        row = {"accuracy": summary["collective_accuracy"], "avg_accuracy": summary["avg_accuracy"],
+               "bytes_per_node_step": sent, "steps": summary["steps"], "wall_seconds": summary["seconds"],
+               "num_params": summary["num_params"]}
+        history = out["history"]
+    else:
+        dp = data_parallel.DataParallelConfig(
+            num_nodes=config.num_nodes, compression=method.compression, fraction=method.fraction,
+            levels=method.levels, per_layer=method.per_layer, feedback=method.feedback,
+            batch_size=chapter2.batch_size, learning_rate=chapter2.learning_rate,
+            augment=chapter2.augment and chapter2.dataset == "cifar10", num_steps=steps,
+            eval_every=config.eval_every, seed=config.seed)
+        out = data_parallel.train_data_parallel(dp, model, dataset, progress=progress, desc=method.name,
+                                                checkpointer=checkpointer)
+        system, final = out["system"], out["final"]
+        row = {"accuracy": final["avg_accuracy"], "avg_accuracy": final["avg_accuracy"],
+               "bytes_per_node_step": system.bytes_per_node_step(), "steps": out["steps_done"],
+               "wall_seconds": round(out["train_seconds"], 1), "num_params": system.num_params,
+               "message_bytes": system.message_bytes}
+        history = out["history"]
+        print(f"[{method.name}] accuracy {row['accuracy']:.1f} at {row['bytes_per_node_step']:,.0f} B/node/step "
+              f"in {row['wall_seconds']:.0f} s", flush=True)
+    dense = 2.0 * (config.num_nodes - 1) / config.num_nodes * 4 * row["num_params"]
+    row |= {"family": method.family, "setting": dataclasses.asdict(method),
+            "total_bytes_per_node": row["bytes_per_node_step"] * row["steps"],
+            "fraction_of_dense_allreduce": row["bytes_per_node_step"] / dense}
+    curve = {"run": method.name, "family": method.family, "steps": [h["step"] for h in history],
+             "accuracy": [round(h["collective_accuracy"]["negentropy"], 3) for h in history],
+             "avg_accuracy": [round(h["avg_accuracy"], 3) for h in history],
+             "loss": [round(h["loss"], 4) for h in history]}
+    return {"row": row, "curve": curve}
+
+
+def frontier(rows: dict[str, dict]) -> list[str]:
+    """Methods no other method beats with fewer or equal bytes and a higher accuracy, by bytes."""
+    names = sorted(rows, key=lambda name: (rows[name]["bytes_per_node_step"], -rows[name]["accuracy"]))
+    on, best = [], -math.inf
+    for name in names:
+        if rows[name]["accuracy"] > best:
+            on.append(name)
+            best = rows[name]["accuracy"]
+    return on
+
+
+def run(config: BandwidthFrontierConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
+    """Runs the methods in order until the time budget; returns ``rows``, ``frontier``, ``skipped``, ``curves``."""
+    start = time.perf_counter()
+    chapter2 = config.chapter2()
+    dataset = outputs_exchange.load(chapter2)
+    rows: dict[str, dict] = {}
+    curves, skipped, spent = [], [], []
+    for spec in config.methods:
+        estimate = float(np.mean(spent)) if spent else 0.0
+        if config.time_budget_s and time.perf_counter() - start + estimate > config.time_budget_s:
+            skipped.append(f"{spec} (estimated {estimate:.0f} s, over the time budget)")
+            print(f"skipped {spec}: estimated {estimate:.0f} s, over the time budget", flush=True)
+            continue
+        began = time.perf_counter()
+        out = run_method(config, parse_method(spec), dataset, checkpoints=checkpoints, progress=progress)
+        spent.append(time.perf_counter() - began)
+        rows[spec] = out["row"]
+        curves.append(out["curve"])
+    return {"rows": rows, "frontier": frontier(rows), "skipped": skipped, "curves": curves,
+            "dataset": dataset.name, "chapter2_config": dataclasses.asdict(chapter2),
+            "note": outputs_exchange.CIFAR_NOTE if chapter2.dataset == "cifar10" else None}
+
+
+# --------------------------------------------------------------------------- report
+
+MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D"}
+
+
+def plot_frontier(summary: dict, path: pathlib.Path) -> None:
+    """Final accuracy against total bytes sent per node (log scale); the frontier as a step line."""
+    plt = outputs_exchange._pyplot()
+    rows = summary["rows"]
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for family in FAMILIES:
+        names = [n for n in rows if rows[n]["family"] == family and rows[n]["total_bytes_per_node"] > 0]
+        ax.scatter([rows[n]["total_bytes_per_node"] for n in names], [rows[n]["accuracy"] for n in names],
+                   marker=MARKERS[family], label=family, s=45)
+        for n in names:
+            ax.annotate(n, (rows[n]["total_bytes_per_node"], rows[n]["accuracy"]), fontsize=7,
+                        xytext=(4, 3), textcoords="offset points")
+    for n in [n for n in rows if rows[n]["total_bytes_per_node"] == 0]:
+        ax.axhline(rows[n]["accuracy"], color="grey", linestyle=":", label=f"{n} (0 bytes)")
+    on = [n for n in summary.get("frontier", []) if rows[n]["total_bytes_per_node"] > 0]
+    if on:
+        ax.step([rows[n]["total_bytes_per_node"] for n in on], [rows[n]["accuracy"] for n in on], where="post",
+                color="black", linewidth=0.8, label="frontier")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"bytes sent per node over the run ({summary['config'].get('chapter2_preset')} preset steps)")
+    ax.set_ylabel("final test accuracy (%): collective for node networks, the shared model for SGD")
+    ax.set_title("Accuracy against bandwidth, 10 nodes")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
+def table_markdown(summary: dict) -> str:
+    rows, config = summary["rows"], summary["config"]
+    on = set(summary.get("frontier", []))
+    chapter2 = summary.get("chapter2_config") or {}
+    model = (f"strided CNN, channels {tuple(chapter2.get('widths', ()))}, dense {chapter2.get('hidden')}, norm "
+             f"{chapter2.get('norm')}, augmentation {chapter2.get('augment')}" if chapter2.get("dataset") == "cifar10"
+             else f"MLP, hidden {tuple(chapter2.get('widths', ()))}")
+    lines = [
+        "# Bandwidth frontier: output sharing against gradient exchange",
+        "",
+        f"Command: `{summary['command']}`  ",
+        f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; commit "
+        f"`{summary['git_commit']}`.  ",
+        f"Redraw: `python experiments/bandwidth_frontier.py report {pathlib.Path(summary.get('out_dir', '.'))}`",
+        "",
+        f"Data: {summary.get('dataset')}" + (f" ({summary['note']})" if summary.get("note") else "") + ". "
+        f"{config['num_nodes']} nodes with disjoint IID shards; the chapter-2 `{config['chapter2_preset']}` "
+        f"preset's model ({model}), batch {chapter2.get('batch_size')} per "
+        f"node, Adam {chapter2.get('learning_rate')}, {chapter2.get('num_steps', 0):,} steps, seed {config['seed']}. "
+        "Accuracy: the collective decision (negentropy) of the node networks, the shared model's for synchronous "
+        "SGD; node average beside it. Bytes: what each node sends per step (see the module docstring for each "
+        "count); 'of dense' = that over a dense ring all-reduce of the same gradients.",
+        "",
+        "| method | family | accuracy | node avg | bytes / node / step | total / node | of dense | wall s | "
+        "frontier |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in sorted(rows.items(), key=lambda item: item[1]["bytes_per_node_step"]):
+        lines.append(f"| {name} | {row['family']} | {row['accuracy']:.1f} | {row['avg_accuracy']:.1f} | "
+                     f"{_bytes(row['bytes_per_node_step'])} | {_bytes(row['total_bytes_per_node'])} | "
+                     f"{row['fraction_of_dense_allreduce']:.2e} | {row['wall_seconds']:.0f} | "
+                     f"{'yes' if name in on else ''} |")
+    if summary.get("skipped"):
+        lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped"]) + "."]
+    lines += ["", "![frontier](frontier.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: pathlib.Path) -> None:
+    summary, _ = experiment.read_run(out_dir)
+    summary["out_dir"] = str(out_dir)
+    plot_frontier(summary, pathlib.Path(out_dir) / "frontier.png")
+    experiment.write_table(out_dir, table_markdown(summary))
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """``report DIR`` redraws table.md and the plot; anything else runs the experiment."""
+    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
+                          write_report=write_report)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,76 @@
+"""The bandwidth-frontier experiment: method specs, the frontier, a smoke run end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import bandwidth_frontier as bf
+
+ROW_FIELDS = {"accuracy", "bytes_per_node_step", "steps", "wall_seconds", "family", "total_bytes_per_node"}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bandwidth_frontier")
+    assert bf.cli(["--preset", "smoke", "--out", str(out)]) == 0
+    bf.write_report(out)  # the command draws it too, unless JAXCOMM_NO_REPORT=1
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_smoke_preset_runs_every_kind_of_method(smoke):
+    out, summary = smoke
+    config = summary["config"]
+    assert list(summary["rows"]) == list(config["methods"]) and summary["skipped"] == []
+    families = {row["family"] for row in summary["rows"].values()}
+    assert families == set(bf.FAMILIES)
+    for name, row in summary["rows"].items():
+        assert ROW_FIELDS <= set(row), name
+        assert row["steps"] == summary["chapter2_config"]["num_steps"]
+        assert row["total_bytes_per_node"] == pytest.approx(row["bytes_per_node_step"] * row["steps"])
+        assert 0 <= row["accuracy"] <= 100
+    rows = summary["rows"]
+    assert rows["sync"]["fraction_of_dense_allreduce"] == pytest.approx(1.0)
+    assert rows["sign:whole"]["bytes_per_node_step"] < rows["top_k:0.05"]["bytes_per_node_step"] \
+        < rows["sync"]["bytes_per_node_step"]
+    assert summary["frontier"] == bf.frontier(rows)
+    for path in ("table.md", "frontier.png"):
+        assert (out / path).is_file(), path
+
+
+def test_frontier_keeps_the_methods_nothing_cheaper_beats():
+    rows = {"a": {"bytes_per_node_step": 10, "accuracy": 50}, "b": {"bytes_per_node_step": 100, "accuracy": 48},
+            "c": {"bytes_per_node_step": 1000, "accuracy": 60}, "d": {"bytes_per_node_step": 0, "accuracy": 45},
+            "e": {"bytes_per_node_step": 10, "accuracy": 40}}
+    assert bf.frontier(rows) == ["d", "a", "c"]
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("outputs:logits", {"family": "outputs", "content": "logits"}),
+    ("gossip:10", {"family": "gossip", "gossip_every": 10}),
+    ("top_k:0.01", {"compression": "top_k", "fraction": 0.01, "per_layer": True, "feedback": True}),
+    ("top_k:0.01:whole:noef", {"compression": "top_k", "per_layer": False, "feedback": False}),
+    ("random_k:0.1", {"compression": "random_k", "fraction": 0.1, "feedback": False}),
+    ("sign:whole", {"compression": "sign", "per_layer": False, "feedback": True}),
+    ("qsgd:4:ef", {"compression": "qsgd", "levels": 4, "feedback": True}),
+])
+def test_method_specs_parse(spec, expected):
+    method = bf.parse_method(spec)
+    for field, value in expected.items():
+        assert getattr(method, field) == value, field
+
+
+@pytest.mark.parametrize("spec", ["outputs", "outputs:labels", "sync:1", "gossip:0", "gossip:x", "top_k",
+                                  "top_k:2", "sign:0.1", "qsgd:0", "top_k:0.1:whole:whole", "sgd"])
+def test_bad_method_specs_are_rejected_by_the_config(spec):
+    with pytest.raises(ValueError, match="method"):
+        bf.BandwidthFrontierConfig(methods=(spec,))
+
+
+def test_other_config_rules():
+    for kwargs, field in [({"chapter2_preset": "gpu"}, "chapter2_preset"), ({"num_nodes": 1}, "num_nodes"),
+                          ({"gossip_neighbours": 10}, "gossip_neighbours"), ({"methods": ()}, "methods"),
+                          ({"methods": ("sync", "sync")}, "methods"), ({"time_budget_s": -1}, "time_budget_s")]:
+        with pytest.raises(ValueError, match=field):
+            bf.BandwidthFrontierConfig(**kwargs)
