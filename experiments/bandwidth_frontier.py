@@ -307,8 +307,9 @@ def plot_frontier(summary: dict, path: pathlib.Path) -> None:
                 color="black", linewidth=0.8, label="frontier")
     ax.set_xscale("log")
     ax.set_xlabel(f"bytes sent per node over the run ({summary['config'].get('chapter2_preset')} preset steps)")
-    ax.set_ylabel("final test accuracy (%): collective for node networks, the shared model for SGD")
-    ax.set_title("Accuracy against bandwidth, 10 nodes")
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_title("Accuracy against bandwidth, 10 nodes (collective decision of node networks, shared model of SGD)",
+                 fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -355,15 +356,34 @@ def table_markdown(summary: dict) -> str:
                      f"{_bytes(row['bytes_per_node_step'])} | {_bytes(row['total_bytes_per_node'])} | "
                      f"{row['fraction_of_dense_allreduce']:.2e} | {row['wall_seconds']:.0f} | "
                      f"{'yes' if name in on else ''} |")
+    for extra in summary.get("extra_runs", []):
+        lines += ["", f"Rows {', '.join(extra['methods'])} come from a second run, with the same settings, of the "
+                  f"methods the time budget skipped: `{extra['command']}` ({extra['wall_seconds']:.0f} s, commit "
+                  f"`{extra['git_commit']}`)."]
     if summary.get("skipped"):
         lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped"]) + "."]
     lines += ["", "![frontier](frontier.png)"]
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: pathlib.Path) -> None:
+def merge_runs(out_dir: pathlib.Path) -> dict:
+    """The run in ``out_dir`` plus the rows of runs in its subfolders (e.g. methods a time budget skipped, run
+    afterwards with ``--out DIR/extra methods=...``); the frontier is recomputed over all rows."""
     summary, _ = experiment.read_run(out_dir)
     summary["out_dir"] = str(out_dir)
+    summary["extra_runs"] = []
+    for path in sorted(pathlib.Path(out_dir).glob("*/summary.json")):
+        extra, _ = experiment.read_run(path.parent)
+        summary["rows"] |= extra["rows"]
+        summary["extra_runs"].append({"command": extra["command"], "wall_seconds": extra["wall_seconds"],
+                                      "git_commit": extra["git_commit"], "methods": list(extra["rows"])})
+        summary["skipped"] = [s for s in summary.get("skipped", []) if s.split(" ")[0] not in extra["rows"]]
+    summary["frontier"] = frontier(summary["rows"])
+    return summary
+
+
+def write_report(out_dir: pathlib.Path) -> None:
+    summary = merge_runs(out_dir)
     plot_frontier(summary, pathlib.Path(out_dir) / "frontier.png")
     experiment.write_table(out_dir, table_markdown(summary))
 
