@@ -7,10 +7,12 @@
 import jax
 import jax.numpy as jnp
 
+from jaxcomm.models.bigan import BiGAN
 from jaxcomm.models.cnn import StridedCNN
 from jaxcomm.models.mlp import MLP
+from jaxcomm.models.vae import VAE
 
-__all__ = ["MLP", "StridedCNN", "to_unit_float"]
+__all__ = ["MLP", "StridedCNN", "VAE", "BiGAN", "to_unit_float"]
 
 
 def to_unit_float(images: jax.Array) -> jax.Array:

@@ -1,0 +1,584 @@
+"""Thesis ch. 2, unsupervised: VAE and BiGAN nodes exchanging features — Table 2.3.
+
+    JAXCOMM_DATA_DIR=/work/shared-cifar python experiments/unsupervised_exchange.py --preset cpu
+    python experiments/unsupervised_exchange.py --preset smoke --out /tmp/ue     # seconds, shipped MNIST sample
+    python experiments/unsupervised_exchange.py report results/unsupervised_exchange   # redraw table.md + plots
+
+N unsupervised nodes run Algorithm 2 on the engine's network step (:func:`jaxcomm.network.train_network`
+with a :class:`jaxcomm.network.NodeProgram`), each on a disjoint 1/N of the training split, no labels
+read: VAE nodes (:func:`jaxcomm.unsupervised.vae_program`) maximise their ELBO, BiGAN nodes
+(:func:`jaxcomm.unsupervised.bigan_program`) play the BiGAN game. With communication the network is
+fully connected, nodes consume with p_c = 0.5 and broadcast with p_c / (N - 1) (the chapter's
+equilibrium, §2.3.1.2); a message is the indices of the minibatch the sender trained on and its
+features: the VAE's posterior (mu, logvar), pulled toward by the receiver with KL(q_sender || q_receiver),
+or the BiGAN's E(x), matched with the MSE of eq. 2.2.3 (§2.2.4.2).
+
+Evaluation (§2.2.4.1, §2.3.3): every ``eval_every`` steps the local objective (-ELBO and its terms;
+the BiGAN's losses) is measured on a fixed validation batch. At every ``probe_every`` steps (a
+"stage"), every node's frozen encoder features (VAE: posterior mean; BiGAN: E(x)) of the whole
+training, validation and test splits are extracted once and a linear softmax classifier per node
+is trained on the whole labelled training split with early stopping on the validation split (all
+nodes' probes together, vmapped). The node average and the collective decision (Algorithm 3,
+confident nodes weighted more; the other weightings are recorded) of the probes' probabilities are
+measured on the test split. The stage with the best validation node average is reported.
+
+Rows (Table 2.3): ``vae_1_node``, ``vae_10_nodes_no_comm``, ``vae_10_nodes_full_comm``,
+``bigan_1_node``, ``bigan_10_nodes_no_comm``, ``bigan_10_nodes_full_comm``.
+
+References:
+  Lacaille (2018), §2.2.4, §2.3.3, Algorithms 2-3, eq. 2.2.3, Table 2.3.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from jaxcomm import data, experiment, inbox, network, population, unsupervised
+from jaxcomm.checkpoint import Checkpoints
+from jaxcomm.models.bigan import BiGAN
+from jaxcomm.models.vae import VAE
+from jaxcomm.validation import integer, one_of, positive, probability, require, widths
+
+EXPERIMENT = "unsupervised_exchange"
+DATASETS = ("cifar10", "mnist", "mnist_sample")
+FAMILIES = ("vae", "bigan")
+CIFAR_NOTE = ("CIFAR-10 here is the lossy JPEG-75 copy of shared/data (see its README); accuracies may sit below "
+              "published ones")
+
+# row -> (family, nodes, communication). The row names are the issue's schema.
+ROWS: dict[str, tuple[str, int, bool]] = {
+    "vae_1_node": ("vae", 1, False),
+    "vae_10_nodes_no_comm": ("vae", 10, False),
+    "vae_10_nodes_full_comm": ("vae", 10, True),
+    "bigan_1_node": ("bigan", 1, False),
+    "bigan_10_nodes_no_comm": ("bigan", 10, False),
+    "bigan_10_nodes_full_comm": ("bigan", 10, True),
+}
+# Thesis Table 2.3: test accuracy (%) of the linear classifier, (average, collective); None = "N.A.".
+THESIS_TABLE: dict[str, tuple[float, float | None]] = {
+    "vae_1_node": (41.8, None),
+    "vae_10_nodes_no_comm": (41.6, 45.2),
+    "vae_10_nodes_full_comm": (41.5, 42.7),
+    "bigan_1_node": (46.9, None),
+    "bigan_10_nodes_no_comm": (44.5, 49.9),
+    "bigan_10_nodes_full_comm": (44.3, 46.2),
+}
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsupervisedExchangeConfig:
+    """The six rows of Table 2.3.
+
+    Attributes:
+      dataset: "cifar10" (the chapter's data) or an MNIST variant (smoke tests).
+      data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
+      validation_size: the last training images held out as the probes' validation split (CIFAR-10
+        and MNIST; the shipped MNIST sample has its own 1,000).
+      widths: channels of the encoders' (and the discriminator's) stride-2 convolutions; decoders
+        and generators mirror them.
+      latent: Z, the VAE posterior's and the BiGAN code's dimension (the exchanged features: 2Z
+        floats for the VAE, Z for the BiGAN).
+      disc_hidden: the BiGAN discriminator's dense width.
+      disc_dropout: its dropout.
+      batch_size: B, per node and per message.
+      vae_learning_rate: Adam's step size of the VAE (Adam defaults, as the thesis' chapter 2).
+      bigan_learning_rate: Adam's step size of the BiGAN (DCGAN's 2e-4) ...
+      bigan_beta1: ... and first-moment decay (DCGAN's 0.5).
+      exchange_weight: scale of the exchange loss (KL or MSE) on consumed minibatches.
+      consumed_objective: "replace" (Algorithm 2: a consumed minibatch trains the exchange loss only)
+        or "add" (local objective + exchange loss); see :mod:`jaxcomm.unsupervised`.
+      consume_prob: p_c of the communicating rows; they broadcast with ``broadcast_factor x p_c / (N - 1)``.
+      broadcast_factor: 1 keeps the inboxes in equilibrium (§2.3.1.2).
+      inbox_capacity: K messages per inbox.
+      num_steps: training steps of every row (each node takes this many).
+      eval_every: steps between measurements of the local objective (the curves' resolution).
+      probe_every: steps between probe stages (a multiple of ``eval_every`` dividing ``num_steps``).
+      probe_epochs, probe_batch_size, probe_learning_rate: the linear probes' training
+        (:class:`jaxcomm.unsupervised.ProbeConfig`).
+      probe_untrained: also probe the untrained encoders (step 0), once per family and number of
+        nodes: the control of every accuracy (random convolutional features are far above chance).
+      objective_batch: validation images of the fixed batch the local objective is measured on.
+      num_pictures: test images reconstructed, and samples drawn, by node 0 of every row at the end.
+      backend: the node lift's backend ("auto": measured fastest for conv nets and N).
+      rows: which rows of :data:`ROWS` to run.
+      seed: seeds partitions, initialisations, probes and every draw.
+    """
+
+    dataset: str = "cifar10"
+    data_dir: str = ""
+    validation_size: int = 5000
+    widths: tuple[int, ...] = (16, 32, 64)
+    latent: int = 64
+    disc_hidden: int = 256
+    disc_dropout: float = 0.2
+    batch_size: int = 32
+    vae_learning_rate: float = 1e-3
+    bigan_learning_rate: float = 2e-4
+    bigan_beta1: float = 0.5
+    exchange_weight: float = 1.0
+    consumed_objective: str = "replace"
+    consume_prob: float = 0.5
+    broadcast_factor: float = 1.0
+    inbox_capacity: int = 16
+    num_steps: int = 1200
+    eval_every: int = 100
+    probe_every: int = 400
+    probe_epochs: int = 40
+    probe_batch_size: int = 512
+    probe_learning_rate: float = 1e-2
+    probe_untrained: bool = True
+    objective_batch: int = 256
+    num_pictures: int = 8
+    backend: str = "auto"
+    rows: tuple[str, ...] = tuple(ROWS)
+    seed: int = 0
+
+    def __post_init__(self):
+        one_of("dataset", self.dataset, DATASETS)
+        require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
+        integer("validation_size", self.validation_size, low=1)
+        widths("widths", self.widths)
+        for name in ("latent", "disc_hidden", "batch_size", "inbox_capacity", "num_steps", "eval_every",
+                     "probe_every", "probe_epochs", "probe_batch_size", "objective_batch", "num_pictures"):
+            integer(name, getattr(self, name), low=1)
+        probability("disc_dropout", self.disc_dropout, below_one=True)
+        require(isinstance(self.probe_untrained, bool), "probe_untrained", "True or False", self.probe_untrained)
+        for name in ("vae_learning_rate", "bigan_learning_rate", "probe_learning_rate", "broadcast_factor"):
+            positive(name, getattr(self, name))
+        probability("bigan_beta1", self.bigan_beta1, below_one=True)
+        require(isinstance(self.exchange_weight, float | int) and not isinstance(self.exchange_weight, bool)
+                and self.exchange_weight >= 0, "exchange_weight", "a number >= 0", self.exchange_weight)
+        one_of("consumed_objective", self.consumed_objective, unsupervised.CONSUMED_OBJECTIVES)
+        require(isinstance(self.consume_prob, float | int) and 0 < self.consume_prob <= 1, "consume_prob",
+                "a probability in (0, 1]", self.consume_prob)
+        require(self.probe_every % self.eval_every == 0, "probe_every",
+                f"a multiple of eval_every = {self.eval_every}", self.probe_every)
+        require(self.num_steps % self.probe_every == 0, "num_steps",
+                f"a multiple of probe_every = {self.probe_every} (the last stage is the last step)", self.num_steps)
+        one_of("backend", self.backend, ("auto", *population.BACKENDS))
+        require(isinstance(self.rows, tuple) and len(self.rows) >= 1 and all(r in ROWS for r in self.rows)
+                and len(set(self.rows)) == len(self.rows), "rows",
+                f"a non-empty tuple of distinct rows of {tuple(ROWS)}", self.rows)
+        integer("seed", self.seed)
+
+    @property
+    def probe(self) -> unsupervised.ProbeConfig:
+        return unsupervised.ProbeConfig(self.probe_epochs, self.probe_batch_size, self.probe_learning_rate)
+
+    @property
+    def probe_steps(self) -> tuple[int, ...]:
+        return tuple(range(self.probe_every, self.num_steps + 1, self.probe_every))
+
+    def network(self, num_nodes: int, communicate: bool) -> network.NetworkConfig:
+        """One network of the table: isolated nodes, or fully connected consuming p_c and broadcasting p_c/(N-1)."""
+        sharing = communicate and num_nodes > 1
+        p_c = self.consume_prob
+        return network.NetworkConfig(
+            num_nodes=num_nodes, topology="full", content="features" if sharing else "none",
+            consume_prob=p_c if sharing else 0.0,
+            broadcast_prob=min(1.0, self.broadcast_factor * p_c / (num_nodes - 1)) if sharing else 0.0,
+            inbox_capacity=self.inbox_capacity, batch_size=self.batch_size, backend=self.backend,
+            num_steps=self.num_steps, eval_every=self.eval_every, seed=self.seed)
+
+
+def cpu_config() -> UnsupervisedExchangeConfig:
+    """About 35 minutes alone on 2 CPU cores for the six rows (see :data:`CPU_SCALE_DOWNS`)."""
+    return UnsupervisedExchangeConfig()
+
+
+CPU_SCALE_DOWNS = (
+    "encoders 16-32-64 channels (a quarter of the thesis-sized 64-128-256 of the supervised rows), latent 64, "
+    "BiGAN discriminator 256 wide: the thesis gives no sizes for its unsupervised models",
+    "1,200 steps per node and row (the thesis gives no horizon for Table 2.3), probes at 3 stages (400, 800, "
+    "1,200 steps) and of the untrained encoders (step 0, the control); measured before the run on 2 cores, "
+    "another job on one of them: per step 16 ms (VAE, 1 node), 37 ms (BiGAN, 1 node), 145 ms (VAE, 10 nodes; "
+    "130 ms alone), 530 ms (BiGAN, 10 nodes); per probe stage of 10 nodes 43 s of feature extraction (60k images "
+    "x 10 encoders) + 10 s of probes (37 s in all alone), of 1 node 5 s; estimated 35 minutes alone",
+    "linear probes: Adam 1e-2 on minibatches of 512, 40 epochs, the best validation epoch kept",
+    "one seed everywhere",
+)
+
+
+def thesis_config() -> UnsupervisedExchangeConfig:
+    """The thesis-sized models for an accelerator: 64-128-256 encoders, latent 128, 20,000 steps, 5 stages.
+
+    The thesis gives neither sizes nor horizon for Table 2.3; these follow its supervised models
+    (64-128-256, §2.3.2) and train each node 10x longer than the cpu preset.
+    """
+    return UnsupervisedExchangeConfig(widths=(64, 128, 256), latent=128, disc_hidden=512, num_steps=20000,
+                                      eval_every=500, probe_every=4000, probe_epochs=100)
+
+
+def smoke_config() -> UnsupervisedExchangeConfig:
+    """Seconds: tiny nodes on the shipped MNIST sample, every row, two stages of a few steps."""
+    return UnsupervisedExchangeConfig(dataset="mnist_sample", widths=(4,), latent=4, disc_hidden=8,
+                                      num_steps=4, eval_every=2, probe_every=2, probe_epochs=2,
+                                      objective_batch=16, num_pictures=4, backend="vmap")
+
+
+PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def load(config: UnsupervisedExchangeConfig) -> data.ImageDataset:
+    if config.dataset == "mnist_sample":
+        return data.load_dataset(config.dataset)
+    return data.load_dataset(config.dataset, config.data_dir or None, validation_size=config.validation_size)
+
+
+@functools.cache
+def family_parts(config: UnsupervisedExchangeConfig, family: str, image_shape: tuple[int, ...]):
+    """``(program, metrics, pictures)`` of one family (:mod:`jaxcomm.unsupervised`).
+
+    Cached: the rows of one family share these functions, and so their compilations (the
+    programs' ``init``, the objective, the pictures; the network steps differ row by row).
+    """
+    if family == "vae":
+        model = VAE(widths=config.widths, latent=config.latent, image_shape=tuple(image_shape))
+        program = unsupervised.vae_program(model, learning_rate=config.vae_learning_rate,
+                                           exchange_weight=config.exchange_weight,
+                                           consumed_objective=config.consumed_objective)
+        return program, unsupervised.vae_metrics(model), unsupervised.vae_pictures(model)
+    model = BiGAN(widths=config.widths, latent=config.latent, image_shape=tuple(image_shape),
+                  hidden=config.disc_hidden, dropout=config.disc_dropout)
+    program = unsupervised.bigan_program(model, learning_rate=config.bigan_learning_rate, beta1=config.bigan_beta1,
+                                         exchange_weight=config.exchange_weight,
+                                         consumed_objective=config.consumed_objective)
+    return program, unsupervised.bigan_metrics(model), unsupervised.bigan_pictures(model)
+
+
+def num_params(program: network.NodeProgram) -> int:
+    """Trainable parameters of one node, from shapes only."""
+    state = jax.eval_shape(program.init, jax.random.PRNGKey(0))
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(state.params))
+
+
+def encode_images(images: np.ndarray) -> dict:
+    """uint8 ``[K, H, W, C]`` as JSON: shape and base64 bytes."""
+    images = np.ascontiguousarray(images, np.uint8)
+    return {"shape": list(images.shape), "base64": base64.b64encode(images.tobytes()).decode("ascii")}
+
+
+def decode_images(encoded: dict) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(encoded["base64"]), np.uint8).reshape(encoded["shape"])
+
+
+def summarise(name: str, history: list[dict], *, nodes: int) -> dict:
+    """The row of Table 2.3: the stage with the best validation node average, its test accuracies."""
+    best = unsupervised.best_stage(history)
+    probe = best["probe"]
+    best_collective = unsupervised.best_stage(history, "val_collective_accuracy")
+    many = nodes > 1
+    return {
+        "avg_accuracy": probe["avg_accuracy"],
+        "collective_accuracy": probe["collective_accuracy"]["negentropy"] if many else None,
+        "best_step": int(best["step"]),
+        "collective_accuracy_by_weighting": dict(probe["collective_accuracy"]) if many else None,
+        "val_avg_accuracy": probe["val_avg_accuracy"],
+        "val_collective_accuracy": probe["val_collective_accuracy"] if many else None,
+        "node_accuracy_min_max": [min(probe["node_accuracies"]), max(probe["node_accuracies"])],
+        "probe_best_epochs": probe["best_epochs"],
+        # the thesis picks one stage per row; picking it by the collective's validation accuracy instead:
+        "best_step_by_val_collective": int(best_collective["step"]) if many else None,
+        "collective_accuracy_at_that_step": (best_collective["probe"]["collective_accuracy"]["negentropy"]
+                                             if many else None),
+        "stages": [{"step": h["step"], "avg_accuracy": h["probe"]["avg_accuracy"],
+                    "collective_accuracy": h["probe"]["collective_accuracy"]["negentropy"],
+                    "val_avg_accuracy": h["probe"]["val_avg_accuracy"],
+                    "val_collective_accuracy": h["probe"]["val_collective_accuracy"],
+                    "seconds": round(h["probe"]["seconds"], 1)} for h in history if "probe" in h],
+    }
+
+
+def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageDataset, *,
+          checkpoints: Checkpoints | None, progress: bool, controls: dict) -> tuple[dict, dict, dict]:
+    """One row trained and summarised: ``(row, curve, pictures)``.
+
+    ``controls`` caches the untrained encoders' probes per (family, nodes) across rows.
+    """
+    family, nodes, communicate = ROWS[name]
+    net = config.network(nodes, communicate)
+    program, metrics, pictures = family_parts(config, family, tuple(dataset.train.images.shape[1:]))
+    evaluator = unsupervised.make_evaluator(dataset, metrics=metrics, probe_steps=config.probe_steps,
+                                            probe=config.probe, metric_batch=config.objective_batch, seed=config.seed)
+    # Before training: fit starts from this very state (network.init of PRNGKey(seed)). The probes of the
+    # untrained encoders are the control of every accuracy: the same for every row of one family and size.
+    untrained = network.make_network(net, program, image_shape=dataset.train.images.shape[1:],
+                                     num_classes=dataset.num_classes)
+    key = (family, nodes)
+    probe_now = config.probe_untrained and key not in controls
+    before = evaluator(untrained, untrained.init(jax.random.PRNGKey(net.seed)), 0, probe_now=probe_now)
+    initial = before["objective"]
+    if probe_now:
+        controls[key] = before["probe"]
+    out = network.train_network(net, program, dataset, evaluator=evaluator, progress=progress, desc=name,
+                                checkpointer=checkpoints.run(name) if checkpoints else None)
+    history = out["history"]
+    row = summarise(name, history, nodes=nodes)
+    counters = out["final"]["counters"]
+    message = inbox.message_bytes(net.batch_size, program.payload_dim, "features") if net.content != "none" else 0
+    probe_seconds = sum(h["probe"]["seconds"] for h in history if "probe" in h) + (
+        before["probe"]["seconds"] if probe_now else 0.0)
+    control = controls.get(key)
+    if control is not None:
+        row.update({"untrained_avg_accuracy": control["avg_accuracy"],
+                    "untrained_collective_accuracy": control["collective_accuracy"]["negentropy"] if nodes > 1
+                    else None})
+    row.update({
+        "family": family, "nodes": nodes, "communication": net.content != "none", "steps": out["steps_done"],
+        "consume_prob": net.consume_prob, "broadcast_prob": net.broadcast_prob, "num_params": num_params(program),
+        "payload_dim": program.payload_dim, "message_bytes": message,
+        "bytes_sent_per_node_step": counters["sent"] * message / (nodes * max(out["steps_done"], 1)),
+        "counters": counters, "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
+        "initial_objective": initial, "final_objective": history[-1]["objective"],
+        "seconds": round(out["train_seconds"], 1), "probe_seconds": round(probe_seconds, 1),
+    })
+    curve = {"kind": "row", "run": name, "family": family, "nodes": nodes, "communication": row["communication"],
+             "steps": [0] + [h["step"] for h in history], "loss": [None] + [round(h["loss"], 4) for h in history],
+             "objective": {k: [round(v, 4) for v in [initial[k]] + [h["objective"][k] for h in history]]
+                           for k in initial},
+             "probe_steps": [h["step"] for h in history if "probe" in h],
+             "avg_accuracy": [round(h["probe"]["avg_accuracy"], 3) for h in history if "probe" in h],
+             "collective_accuracy": [round(h["probe"]["collective_accuracy"]["negentropy"], 3)
+                                     for h in history if "probe" in h],
+             "val_avg_accuracy": [round(h["probe"]["val_avg_accuracy"], 3) for h in history if "probe" in h],
+             "untrained_avg_accuracy": row.get("untrained_avg_accuracy"),
+             "untrained_collective_accuracy": row.get("untrained_collective_accuracy"),
+             "seconds": [0.0] + [round(h["seconds"], 1) for h in history]}
+    shown = unsupervised.pictures_of(pictures, population.node(out["state"].nodes, 0),
+                                     dataset.test.images[: config.num_pictures], jax.random.PRNGKey(config.seed))
+    picture_record = {"kind": "pictures", "run": name, "step": out["steps_done"],
+                      **{k: encode_images(v) for k, v in shown.items()}}
+    coll = "-" if row["collective_accuracy"] is None else f"{row['collective_accuracy']:.1f}"
+    print(f"[{name}] avg {row['avg_accuracy']:.1f} collective {coll} at step {row['best_step']} "
+          f"({row['seconds']:.0f} s, probes {row['probe_seconds']:.0f} s)", flush=True)
+    return row, curve, picture_record
+
+
+def run(config: UnsupervisedExchangeConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
+    """Trains the rows; returns ``rows`` and ``curves`` (objective and probe curves, then pictures)."""
+    dataset = load(config)
+    rows: dict[str, dict] = {}
+    curves: list[dict] = []
+    pictures: list[dict] = []
+    start = time.perf_counter()
+    controls: dict = {}
+    for name in config.rows:
+        row, curve, shown = train(config, name, dataset, checkpoints=checkpoints, progress=progress,
+                                  controls=controls)
+        rows[name] = row
+        curves.append(curve)
+        pictures.append(shown)
+    return {"rows": rows, "curves": curves + pictures, "dataset": dataset.name,
+            "rows_seconds": round(time.perf_counter() - start, 1),
+            "scale_downs": list(CPU_SCALE_DOWNS) if config == cpu_config() else None,
+            "note": CIFAR_NOTE if config.dataset == "cifar10" else None}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _pyplot():
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def _colours(plt, curves):
+    return dict(zip([c["run"] for c in curves], plt.cm.tab10(np.arange(len(curves))), strict=True))
+
+
+def plot_probes(curves: list[dict], path: pathlib.Path, thesis: bool = True) -> None:
+    """Probe test accuracy vs steps: node average (dashed) and collective decision (solid), one panel per family."""
+    plt = _pyplot()
+    rows = [c for c in curves if c["kind"] == "row"]
+    families = [f for f in FAMILIES if any(c["family"] == f for c in rows)]
+    fig, axes = plt.subplots(1, len(families), figsize=(6 * len(families), 4), squeeze=False)
+    colour = _colours(plt, rows)
+    for ax, family in zip(axes[0], families, strict=True):
+        for c in (c for c in rows if c["family"] == family):
+            ax.plot(c["probe_steps"], c["avg_accuracy"], "o--", color=colour[c["run"]], label=f"{c['run']} average")
+            if c["nodes"] > 1:
+                ax.plot(c["probe_steps"], c["collective_accuracy"], "s-", color=colour[c["run"]],
+                        label=f"{c['run']} collective")
+            if c.get("untrained_avg_accuracy") is not None:  # the untrained encoders, at step 0
+                ax.plot([0], [c["untrained_avg_accuracy"]], "o", color=colour[c["run"]], fillstyle="none")
+                if c["nodes"] > 1:
+                    ax.plot([0], [c["untrained_collective_accuracy"]], "s", color=colour[c["run"]], fillstyle="none")
+            if thesis and c["run"] in THESIS_TABLE:
+                ax.axhline(THESIS_TABLE[c["run"]][0], color=colour[c["run"]], linestyle=":", linewidth=0.8)
+        ax.set(title=f"{family.upper()}: linear probe on frozen features\n(open marks at 0: untrained encoders; "
+               "dotted: thesis avg)", xlabel="step",
+               ylabel="test accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+OBJECTIVE_PANELS = {"vae": [("neg_elbo", "-ELBO (nats / image)"), ("reconstruction", "reconstruction NLL (nats)"),
+                            ("kl", "KL(q(z|x) || p(z)) (nats)")],
+                    "bigan": [("d_loss", "discriminator loss"), ("ge_loss", "generator + encoder loss"),
+                              ("reconstruction_mse", "MSE of G(E(x)) vs x")]}
+
+
+def plot_objectives(curves: list[dict], path: pathlib.Path) -> None:
+    """The local objective on the fixed validation batch vs steps (mean over nodes), three panels per family."""
+    plt = _pyplot()
+    rows = [c for c in curves if c["kind"] == "row"]
+    families = [f for f in FAMILIES if any(c["family"] == f for c in rows)]
+    fig, axes = plt.subplots(len(families), 3, figsize=(15, 3.6 * len(families)), squeeze=False)
+    colour = _colours(plt, rows)
+    for line, family in zip(axes, families, strict=True):
+        for ax, (key, title) in zip(line, OBJECTIVE_PANELS[family], strict=True):
+            for c in (c for c in rows if c["family"] == family):
+                ax.plot(c["steps"], c["objective"][key], color=colour[c["run"]], label=c["run"])
+            ax.set(title=title, xlabel="step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
+    """Per row (node 0, last step): test images, their reconstructions, samples from the prior."""
+    plt = _pyplot()
+    if not records:
+        return
+    fig, axes = plt.subplots(len(records), 1, figsize=(12, 1.9 * len(records)), squeeze=False)
+    for ax, record in zip(axes[:, 0], records, strict=True):
+        strips = []
+        for key in ("originals", "reconstructions", "samples"):
+            images = decode_images(record[key])
+            strips.append(np.concatenate(list(np.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=255)),
+                                         axis=1))
+        gap = np.full((strips[0].shape[0], 8, strips[0].shape[2]), 255, np.uint8)
+        grid = np.concatenate([strips[0], gap, strips[1], gap, strips[2]], axis=1)
+        ax.imshow(grid[..., 0] if grid.shape[-1] == 1 else grid, cmap="gray" if grid.shape[-1] == 1 else None)
+        ax.set_axis_off()
+        ax.set_title(f"{record['run']} (node 0, step {record['step']}): test images | reconstructions | samples",
+                     fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _num(value, digits: int = 1) -> str:
+    if value is None:
+        return "N.A."
+    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def table_markdown(summary: dict) -> str:
+    rows, config = summary["rows"], summary["config"]
+    note = f" ({summary['note']})" if summary.get("note") else ""
+    stages = ", ".join(f"{s:,}" for s in range(config["probe_every"], config["num_steps"] + 1, config["probe_every"]))
+    lines = [
+        "# Chapter 2, unsupervised: VAE and BiGAN nodes exchanging features (Table 2.3)", "",
+        f"Command: `{summary['command']}`  ",
+        f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; "
+        f"commit `{summary['git_commit']}`.  ",
+        "Redraw: `python experiments/unsupervised_exchange.py report results/unsupervised_exchange`", "",
+        f"Data: {summary.get('dataset')}{note}. Models: encoders {tuple(config['widths'])} (4x4 stride-2 "
+        f"convolutions, LeakyReLU), latent {config['latent']}, decoders / generators mirrored; VAE: Gaussian "
+        f"posterior, Bernoulli pixels, Adam {config['vae_learning_rate']}; BiGAN: discriminator on (x, z) pairs, "
+        f"{config['disc_hidden']} wide, dropout {config['disc_dropout']}, Adam {config['bigan_learning_rate']} "
+        f"(beta1 {config['bigan_beta1']}). Batch {config['batch_size']}, {config['num_steps']:,} steps per node. "
+        f"Communication: fully connected, consume {config['consume_prob']}, broadcast "
+        f"{config['broadcast_factor']} x p_c/(N-1), inbox {config['inbox_capacity']}; consumed minibatches train "
+        f"the exchange loss ({config['consumed_objective']!r}, weight {config['exchange_weight']}): VAE "
+        "KL(q_sender || q_receiver), BiGAN MSE to the sender's E(x).", "",
+        f"Evaluation: probe stages at steps {stages}; at each, a linear softmax classifier per node on its frozen "
+        "features (VAE: posterior mean; BiGAN: E(x)) of the whole labelled training split, "
+        f"{config['probe_epochs']} epochs of Adam {config['probe_learning_rate']} "
+        f"(batch {config['probe_batch_size']}), "
+        "the epoch with the best validation accuracy kept; the stage with the best validation node average is "
+        "reported, its test accuracies below. Collective = Algorithm 3 on the probes' probabilities, confident "
+        "nodes weighted more (negentropy). The last column probes the untrained encoders (step 0, the same "
+        "initialisation as the trained rows): random convolutional features are the control.", "",
+    ]
+    if summary.get("scale_downs"):
+        lines += ["Scale-downs of the cpu preset:", ""] + [f"- {s}" for s in summary["scale_downs"]] + [""]
+    lines += [
+        f"## Table 2.3: test accuracy (%) of the linear classifier over learned features{note}", "",
+        "| row | thesis avg | thesis coll. | measured avg | measured coll. | coll. - avg | best step | "
+        "val avg | node min-max | untrained encoders avg / coll. |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        t = THESIS_TABLE[name]
+        gain = "-" if row["collective_accuracy"] is None else f"{row['collective_accuracy'] - row['avg_accuracy']:+.1f}"
+        low, high = row["node_accuracy_min_max"]
+        control = ("-" if "untrained_avg_accuracy" not in row else
+                   f"{_num(row['untrained_avg_accuracy'])} / {_num(row['untrained_collective_accuracy'])}")
+        lines.append(f"| {name} | {_num(t[0])} | {_num(t[1])} | {_num(row['avg_accuracy'])} | "
+                     f"{_num(row['collective_accuracy'])} | {gain} | {row['best_step']:,} | "
+                     f"{_num(row['val_avg_accuracy'])} | {low:.1f}-{high:.1f} | {control} |")
+    lines += ["", "## Every stage (test accuracy %, validation in brackets)", "",
+              "| row | " + " | ".join(f"step {s:,}" for s in range(config["probe_every"], config["num_steps"] + 1,
+                                                                   config["probe_every"])) + " |",
+              "|---|" + "---|" * len(range(config["probe_every"], config["num_steps"] + 1, config["probe_every"]))]
+    for name, row in rows.items():
+        cells = []
+        for s in row["stages"]:
+            coll = ("" if row["nodes"] == 1 else
+                    f" / coll. {s['collective_accuracy']:.1f} ({s['val_collective_accuracy']:.1f})")
+            cells.append(f"avg {s['avg_accuracy']:.1f} ({s['val_avg_accuracy']:.1f}){coll}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    many = {name: row for name, row in rows.items() if row["nodes"] > 1}
+    if many:
+        lines += ["", "## Collective decision: the four weightings on the same probe predictions (best stage, %)", "",
+                  "| row | node average | negentropy | entropy (Alg. 3 as printed) | mean | vote |",
+                  "|---|---|---|---|---|---|"]
+        for name, row in many.items():
+            w = row["collective_accuracy_by_weighting"]
+            lines.append(f"| {name} | {_num(row['avg_accuracy'])} | {_num(w['negentropy'])} | {_num(w['entropy'])} | "
+                         f"{_num(w['mean'])} | {_num(w['vote'])} |")
+    lines += ["", "## Local objective at the last step (fixed validation batch, mean over nodes) and cost", "",
+              "| row | objective | params / node | message bytes | bytes sent / node / step | train s | probe s |",
+              "|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        objective = ", ".join(f"{k} {v:.3g}" for k, v in row["final_objective"].items())
+        lines.append(f"| {name} | {objective} | {row['num_params']:,} | {row['message_bytes']:,} | "
+                     f"{row['bytes_sent_per_node_step']:,.0f} | {row['seconds']:,.0f} | {row['probe_seconds']:,.0f} |")
+    lines += ["", "![probe accuracy vs steps](probes.png)", "", "![local objective vs steps](objectives.png)", "",
+              "![reconstructions and samples](pictures.png)", ""]
+    return "\n".join(lines)
+
+
+def write_report(out_dir: pathlib.Path) -> None:
+    summary, records = experiment.read_run(out_dir)
+    curves = [r for r in records if r["kind"] == "row"]
+    plot_probes(curves, out_dir / "probes.png", thesis=summary["config"]["dataset"] == "cifar10")
+    plot_objectives(curves, out_dir / "objectives.png")
+    plot_pictures([r for r in records if r["kind"] == "pictures"], out_dir / "pictures.png")
+    experiment.write_table(out_dir, table_markdown(summary))
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """``report DIR`` redraws table.md and the plots; anything else runs the experiment."""
+    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
+                          write_report=write_report)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
