@@ -464,7 +464,7 @@ def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
     plt = _pyplot()
     if not records:
         return
-    fig, axes = plt.subplots(len(records), 1, figsize=(12, 1.9 * len(records)), squeeze=False)
+    fig, axes = plt.subplots(len(records), 1, figsize=(12, 0.85 * len(records) + 0.3), squeeze=False)
     for ax, record in zip(axes[:, 0], records, strict=True):
         strips = []
         for key in ("originals", "reconstructions", "samples"):
