@@ -48,7 +48,7 @@ if __name__ == "__main__":  # run as a script: make the sibling experiment impor
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from experiments import outputs_exchange  # noqa: E402
-from jaxcomm import compression, data_parallel, experiment  # noqa: E402
+from jaxcomm import compression, data, data_parallel, experiment  # noqa: E402
 from jaxcomm.checkpoint import Checkpoints  # noqa: E402
 from jaxcomm.validation import integer, one_of, require  # noqa: E402
 
@@ -203,7 +203,6 @@ def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, chec
     model = outputs_exchange.model_for(chapter2, dataset.num_classes)
     image_shape = dataset.train.images.shape[1:]
     safe_name = method.name.replace(":", "_")  # a checkpoint folder name
-    checkpointer = checkpoints.run(safe_name) if checkpoints else None
     steps = chapter2.num_steps
     if method.family in ("outputs", "gossip"):
         net = chapter2.network(config.num_nodes, method.content, steps=steps, eval_every=config.eval_every)
@@ -228,7 +227,7 @@ def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, chec
             augment=chapter2.augment and chapter2.dataset == "cifar10", num_steps=steps,
             eval_every=config.eval_every, seed=config.seed)
         out = data_parallel.train_data_parallel(dp, model, dataset, progress=progress, desc=method.name,
-                                                checkpointer=checkpointer)
+                                                checkpointer=checkpoints.run(safe_name) if checkpoints else None)
         system, final = out["system"], out["final"]
         row = {"accuracy": final["avg_accuracy"], "avg_accuracy": final["avg_accuracy"],
                "bytes_per_node_step": system.bytes_per_node_step(), "steps": out["steps_done"],
@@ -279,7 +278,7 @@ def run(config: BandwidthFrontierConfig, *, checkpoints: Checkpoints | None = No
         curves.append(out["curve"])
     return {"rows": rows, "frontier": frontier(rows), "skipped": skipped, "curves": curves,
             "dataset": dataset.name, "chapter2_config": dataclasses.asdict(chapter2),
-            "note": outputs_exchange.CIFAR_NOTE if chapter2.dataset == "cifar10" else None}
+            "note": data.LOSSY_CIFAR10_NOTE if chapter2.dataset == "cifar10" else None}
 
 
 # --------------------------------------------------------------------------- report
@@ -289,7 +288,7 @@ MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D"}
 
 def plot_frontier(summary: dict, path: pathlib.Path) -> None:
     """Final accuracy against total bytes sent per node (log scale); the frontier as a step line."""
-    plt = outputs_exchange._pyplot()
+    plt = experiment.pyplot()
     rows = summary["rows"]
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for family in FAMILIES:

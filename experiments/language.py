@@ -694,10 +694,7 @@ def _band(members: list[dict], key: str = "val_accuracy"):
 
 def plot_fig4_3(summary: dict, curves: list[dict], path: pathlib.Path) -> None:
     """Fig. 4.3: B's probe validation accuracy vs steps per level (mean, band = +-1 std over seeds)."""
-    import matplotlib  # noqa: PLC0415  (plotting is optional for the library)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = experiment.pyplot()
 
     groups = [g for g in ("table", "ce_sum", "ce_mean") if any(c["group"] == g for c in curves)]
     fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
@@ -754,10 +751,7 @@ def plot_fig4_3(summary: dict, curves: list[dict], path: pathlib.Path) -> None:
 
 def plot_messages(summary: dict, path: pathlib.Path) -> None:
     """Fig. 4.2: the teacher's message for a few digits at high and low temperature (same logits and noise)."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = experiment.pyplot()
 
     ex = summary["message_examples"]
     n, temps = len(ex["digits"]), ex["temperatures"]

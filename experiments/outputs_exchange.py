@@ -54,8 +54,6 @@ from jaxcomm.validation import integer, one_of, positive, probability, require, 
 
 EXPERIMENT = "outputs_exchange"
 DATASETS = ("cifar10", "mnist", "mnist_sample")
-CIFAR_NOTE = ("CIFAR-10 here is the lossy JPEG-75 copy of shared/data (see its README); accuracies may sit below "
-              "published ones")
 
 # row -> (nodes, content). The row names are the issue's schema.
 ROWS: dict[str, tuple[int, str]] = {
@@ -401,24 +399,15 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
                         **{k: v for k, v in done[key]["summary"].items() if k != "counters"}})
     return {"rows": rows, "studies": studies, "skipped_studies": skipped, "curves": curves, "dataset": dataset.name,
             "scale_downs": list(CPU_SCALE_DOWNS) if config == cpu_config() else None,
-            "note": CIFAR_NOTE if config.dataset == "cifar10" else None}
+            "note": data.LOSSY_CIFAR10_NOTE if config.dataset == "cifar10" else None}
 
 
 # --------------------------------------------------------------------------- report
 
 
-def _pyplot():
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt
-
-
 def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
     """Accuracy vs steps per row: node average (dashed) and collective decision (negentropy, solid)."""
-    plt = _pyplot()
+    plt = experiment.pyplot()
     rows = [c for c in curves if c["kind"] == "row"]
     cols = 3
     grid = (len(rows) + cols) // cols
@@ -449,7 +438,7 @@ def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
 
 def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
     """Final node average and collective accuracy against each study's parameter."""
-    plt = _pyplot()
+    plt = experiment.pyplot()
     names = [s for s in STUDIES if any(r["study"] == s for r in studies)]
     if not names:
         return

@@ -319,7 +319,7 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
             row["seconds"][key] = float(np.sum([c["seconds"] for c in curves[-config.seeds:]]))
         rows[f"failure_{round(100 * fraction)}"] = row
     return {"rows": rows, "curves": curves, "dataset": dataset.name,
-            "note": "CIFAR-10 here is the lossy JPEG-75 copy of shared/data (see its README)"
+            "note": data.LOSSY_CIFAR10_NOTE
             if config.dataset == "cifar10" else None}
 
 
@@ -327,10 +327,7 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
 
 
 def plot(curves: list[dict], path: pathlib.Path) -> None:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = experiment.pyplot()
 
     nodes = sorted({c["nodes"] for c in curves})
     fig, axes = plt.subplots(1, len(nodes), figsize=(6 * len(nodes), 4.2), squeeze=False, sharey=True)

@@ -717,10 +717,7 @@ def _mean_band(students: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def plot_fig3_1(curves: list[dict], path: pathlib.Path) -> None:
     """Thesis Fig. 3.1: validation accuracy vs student backward passes, mean over seeds, min-max band."""
-    import matplotlib  # noqa: PLC0415  (plotting is optional for the library)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = experiment.pyplot()
 
     table = [c for c in curves if c["group"] == "table"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
@@ -764,10 +761,7 @@ def study_rows(summary: dict) -> list[tuple[int, str | None, str | None]]:
 
 def plot_stack_sizes(summary: dict, path: pathlib.Path) -> None:
     """Updates and compute to the baseline's accuracy level (96.5 %) vs stack size n, with and without warm-up."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = experiment.pyplot()
 
     rows, study = summary["rows"], study_rows(summary)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))

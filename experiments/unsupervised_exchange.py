@@ -51,8 +51,6 @@ from jaxcomm.validation import integer, one_of, positive, probability, require, 
 EXPERIMENT = "unsupervised_exchange"
 DATASETS = ("cifar10", "mnist", "mnist_sample")
 FAMILIES = ("vae", "bigan")
-CIFAR_NOTE = ("CIFAR-10 here is the lossy JPEG-75 copy of shared/data (see its README); accuracies may sit below "
-              "published ones")
 
 # row -> (family, nodes, communication). The row names are the issue's schema.
 ROWS: dict[str, tuple[str, int, bool]] = {
@@ -386,19 +384,10 @@ def run(config: UnsupervisedExchangeConfig, *, checkpoints: Checkpoints | None =
     return {"rows": rows, "curves": curves + pictures, "dataset": dataset.name,
             "rows_seconds": round(time.perf_counter() - start, 1),
             "scale_downs": list(CPU_SCALE_DOWNS) if config == cpu_config() else None,
-            "note": CIFAR_NOTE if config.dataset == "cifar10" else None}
+            "note": data.LOSSY_CIFAR10_NOTE if config.dataset == "cifar10" else None}
 
 
 # --------------------------------------------------------------------------- report
-
-
-def _pyplot():
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt
 
 
 def _colours(plt, curves):
@@ -407,7 +396,7 @@ def _colours(plt, curves):
 
 def plot_probes(curves: list[dict], path: pathlib.Path, thesis: bool = True) -> None:
     """Probe test accuracy vs steps: node average (dashed) and collective decision (solid), one panel per family."""
-    plt = _pyplot()
+    plt = experiment.pyplot()
     rows = [c for c in curves if c["kind"] == "row"]
     families = [f for f in FAMILIES if any(c["family"] == f for c in rows)]
     fig, axes = plt.subplots(1, len(families), figsize=(6 * len(families), 4), squeeze=False)
@@ -442,7 +431,7 @@ OBJECTIVE_PANELS = {"vae": [("neg_elbo", "-ELBO (nats / image)"), ("reconstructi
 
 def plot_objectives(curves: list[dict], path: pathlib.Path) -> None:
     """The local objective on the fixed validation batch vs steps (mean over nodes), three panels per family."""
-    plt = _pyplot()
+    plt = experiment.pyplot()
     rows = [c for c in curves if c["kind"] == "row"]
     families = [f for f in FAMILIES if any(c["family"] == f for c in rows)]
     fig, axes = plt.subplots(len(families), 3, figsize=(15, 3.6 * len(families)), squeeze=False)
@@ -461,7 +450,7 @@ def plot_objectives(curves: list[dict], path: pathlib.Path) -> None:
 
 def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
     """Per row (node 0, last step): test images, their reconstructions, samples from the prior."""
-    plt = _pyplot()
+    plt = experiment.pyplot()
     if not records:
         return
     fig, axes = plt.subplots(len(records), 1, figsize=(12, 0.85 * len(records) + 0.3), squeeze=False)

@@ -57,6 +57,10 @@ _SAMPLE_FILE = "mnist_sample.npz"
 _PREPARE_CIFAR = "python ../shared/data/prepare_cifar10.py DIR"
 
 
+LOSSY_CIFAR10_NOTE = ("CIFAR-10 here is the lossy JPEG-75 copy of shared/data (see its README); accuracies may sit "
+                      "below published ones")
+
+
 class DataError(RuntimeError):
     """A dataset is missing, unreadable or malformed; the message names the file and the fix."""
 

@@ -278,6 +278,16 @@ def cli(
     return status
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the headless Agg backend (imported on first use: plotting is optional)."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
 def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:
     """Writes ``table.md``: the generated ``table`` plus the hand-written ``notes.md`` beside it, if any.
 

@@ -489,10 +489,11 @@ def make_network(config: NetworkConfig, model: nn.Module | NodeProgram, *, image
         adj = state.adj
         if config.gossip_every:
             live = adj & alive[:, None] & alive[None, :] if config.has_failures else adj
-            mixed = topology.mix(topology.mixing_matrix(live), (nodes.params, nodes.model_state))
-            due = (state.step + 1) % config.gossip_every == 0
-            params, model_state = jax.tree_util.tree_map(lambda m, x: jnp.where(due, m, x), mixed,
-                                                         (nodes.params, nodes.model_state))
+            # A cond, not a select: the averaging runs only on the steps it is due.
+            params, model_state = jax.lax.cond(
+                (state.step + 1) % config.gossip_every == 0,
+                lambda tree: topology.mix(topology.mixing_matrix(live), tree), lambda tree: tree,
+                (nodes.params, nodes.model_state))
             nodes = nodes._replace(params=params, model_state=model_state)
         if not config.rebroadcast:
             broadcast = broadcast & ~got
