@@ -101,9 +101,12 @@ class OutputsExchangeConfig:
       num_steps: training steps of every row.
       eval_every: steps between test evaluations (the resolution of steps-to-target).
       target: accuracy (%) of the steps-to-target columns (thesis: 85).
-      rows: which rows of :data:`ROWS` to run.
+      rows: which rows of :data:`ROWS` to run (may be empty: a run of study points only).
       studies: which of :data:`STUDIES` to run, in this order (the time budget cuts the last ones;
         points with more than 20 nodes run after all others).
+      study_points: labels of the study points to run, e.g. ``N=50,p_b=2x`` (empty: all of
+        ``studies``); for running afterwards the points a time budget skipped (``--out DIR/extra``,
+        merged by ``report DIR``).
       study_widths: CNN channels (or MLP widths) of the study runs.
       study_steps: training steps of every study run.
       study_eval_every: steps between their evaluations.
@@ -135,6 +138,7 @@ class OutputsExchangeConfig:
     target: float = 55.0
     rows: tuple[str, ...] = tuple(ROWS)
     studies: tuple[str, ...] = ("nodes", "temperature", "neighbours", "frequency")
+    study_points: tuple[str, ...] = ()
     study_widths: tuple[int, ...] = (16, 32, 64)
     study_steps: int = 1000
     study_eval_every: int = 1000
@@ -162,9 +166,9 @@ class OutputsExchangeConfig:
         positive("temperature", self.temperature)
         require(isinstance(self.target, float | int) and 0 < self.target <= 100, "target",
                 "an accuracy in (0, 100]", self.target)
-        require(isinstance(self.rows, tuple) and len(self.rows) >= 1 and all(r in ROWS for r in self.rows)
+        require(isinstance(self.rows, tuple) and all(r in ROWS for r in self.rows)
                 and len(set(self.rows)) == len(self.rows), "rows",
-                f"a non-empty tuple of distinct rows of {tuple(ROWS)}", self.rows)
+                f"a tuple of distinct rows of {tuple(ROWS)}", self.rows)
         require(isinstance(self.studies, tuple) and all(s in STUDIES for s in self.studies)
                 and len(set(self.studies)) == len(self.studies), "studies",
                 f"a tuple of distinct studies from {STUDIES}", self.studies)
@@ -185,6 +189,9 @@ class OutputsExchangeConfig:
                 "study_temperatures", "a non-empty tuple of numbers > 0", self.study_temperatures)
         require(isinstance(self.time_budget_s, float | int) and self.time_budget_s >= 0, "time_budget_s",
                 "a number of seconds >= 0", self.time_budget_s)
+        labels = {label for _, label, _, _ in study_runs(self, select=False)}
+        require(isinstance(self.study_points, tuple) and set(self.study_points) <= labels, "study_points",
+                f"labels of points of the chosen studies, from {sorted(labels)}", self.study_points)
         integer("seed", self.seed)
 
     def network(self, num_nodes: int, content: str, *, steps: int, eval_every: int, topology: str = "full",
@@ -331,10 +338,11 @@ def train(config: OutputsExchangeConfig, net: network.NetworkConfig, model, data
     return {"summary": summary, "curve": curve, "history": history}
 
 
-def study_runs(config: OutputsExchangeConfig) -> list[tuple[str, str, float, dict]]:
+def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tuple[str, str, float, dict]]:
     """``(study, label, x, network kwargs)`` of every study point, studies in ``config.studies``' order.
 
     Points with more than 20 nodes (the costly ones on a CPU) come last, so a time budget cuts them first.
+    ``select``: only the points in ``config.study_points`` when it is not empty.
     """
     points: dict[str, list] = {
         "temperature": [("temperature", f"tau={t:g}", t, {"num_nodes": 10, "content": "logits", "temperature": t})
@@ -351,7 +359,8 @@ def study_runs(config: OutputsExchangeConfig) -> list[tuple[str, str, float, dic
         "nodes": [("nodes", f"N={n}", n, {"num_nodes": n, "content": "true_labels"})
                   for n in sorted(config.study_node_counts)],
     }
-    ordered = [point for study in config.studies for point in points[study]]
+    ordered = [point for study in config.studies for point in points[study]
+               if not (select and config.study_points) or point[1] in config.study_points]
     return sorted(ordered, key=lambda point: point[3]["num_nodes"] > 20)
 
 
@@ -553,6 +562,10 @@ def table_markdown(summary: dict) -> str:
                          f"{s['temperature']:g} | {_num(s['avg_accuracy'])} | {_num(s['collective_accuracy'])} | "
                          f"{_num(s['collective_accuracy_by_weighting']['entropy'])} | "
                          f"{s['bytes_sent_per_node_step']:,.0f} |")
+        for extra in summary.get("extra_runs", []):
+            lines += ["", f"Points {', '.join(extra['points'])} come from a second run, with the same settings, of "
+                      f"the points the time budget skipped: `{extra['command']}` ({extra['wall_seconds']:.0f} s, "
+                      f"commit `{extra['git_commit']}`)."]
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += ["", "![studies](studies.png)"]
@@ -560,8 +573,29 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report(out_dir: pathlib.Path) -> None:
+def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
+    """The run in ``out_dir`` plus the study points of runs in its subfolders (points a time budget
+    skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped list."""
     summary, curves = experiment.read_run(out_dir)
+    summary["extra_runs"] = []
+    for path in sorted(pathlib.Path(out_dir).glob("*/summary.json")):
+        extra, _ = experiment.read_run(path.parent)
+        points = [(s["study"], s["label"]) for s in extra["studies"]]
+        studies = [s for s in summary["studies"] if (s["study"], s["label"]) not in points]
+        for point in extra["studies"]:  # after the last point of its study (the table's and plots' order)
+            at = max((i + 1 for i, s in enumerate(studies) if s["study"] == point["study"]), default=len(studies))
+            studies.insert(at, point)
+        summary["studies"] = studies
+        summary["skipped_studies"] = [s for s in summary.get("skipped_studies", [])
+                                      if tuple(s.split(" ")[:2]) not in points]
+        summary["extra_runs"].append({"command": extra["command"], "wall_seconds": extra["wall_seconds"],
+                                      "git_commit": extra["git_commit"], "device": extra.get("device"),
+                                      "points": [f"{study} {label}" for study, label in points]})
+    return summary, curves
+
+
+def write_report(out_dir: pathlib.Path) -> None:
+    summary, curves = merge_runs(out_dir)
     plot_rows(curves, out_dir / "rows.png")
     plot_studies(summary.get("studies") or [], out_dir / "studies.png")
     experiment.write_table(out_dir, table_markdown(summary))

@@ -90,6 +90,9 @@ class UnsupervisedExchangeConfig:
         floats for the VAE, Z for the BiGAN).
       disc_hidden: the BiGAN discriminator's dense width.
       disc_dropout: its dropout.
+      disc_learning_rate: its Adam step size (0: ``bigan_learning_rate``; two time scales otherwise).
+      disc_real_label: its target on real pairs (below 1: one-sided label smoothing).
+      disc_spectral_norm: spectrally normalise its layers.
       batch_size: B, per node and per message.
       vae_learning_rate: Adam's step size of the VAE (Adam defaults, as the thesis' chapter 2).
       bigan_learning_rate: Adam's step size of the BiGAN (DCGAN's 2e-4) ...
@@ -121,6 +124,9 @@ class UnsupervisedExchangeConfig:
     latent: int = 64
     disc_hidden: int = 256
     disc_dropout: float = 0.2
+    disc_learning_rate: float = 0.0
+    disc_real_label: float = 1.0
+    disc_spectral_norm: bool = False
     batch_size: int = 32
     vae_learning_rate: float = 1e-3
     bigan_learning_rate: float = 2e-4
@@ -153,6 +159,12 @@ class UnsupervisedExchangeConfig:
             integer(name, getattr(self, name), low=1)
         probability("disc_dropout", self.disc_dropout, below_one=True)
         require(isinstance(self.probe_untrained, bool), "probe_untrained", "True or False", self.probe_untrained)
+        require(isinstance(self.disc_spectral_norm, bool), "disc_spectral_norm", "True or False",
+                self.disc_spectral_norm)
+        require(isinstance(self.disc_learning_rate, float | int) and self.disc_learning_rate >= 0,
+                "disc_learning_rate", "a number >= 0 (0: bigan_learning_rate)", self.disc_learning_rate)
+        require(isinstance(self.disc_real_label, float | int) and 0 < self.disc_real_label <= 1,
+                "disc_real_label", "a number in (0, 1]", self.disc_real_label)
         for name in ("vae_learning_rate", "bigan_learning_rate", "probe_learning_rate", "broadcast_factor"):
             positive(name, getattr(self, name))
         probability("bigan_beta1", self.bigan_beta1, below_one=True)
@@ -252,8 +264,10 @@ def family_parts(config: UnsupervisedExchangeConfig, family: str, image_shape: t
                                            consumed_objective=config.consumed_objective)
         return program, unsupervised.vae_metrics(model), unsupervised.vae_pictures(model)
     model = BiGAN(widths=config.widths, latent=config.latent, image_shape=tuple(image_shape),
-                  hidden=config.disc_hidden, dropout=config.disc_dropout)
+                  hidden=config.disc_hidden, dropout=config.disc_dropout, spectral_norm=config.disc_spectral_norm)
     program = unsupervised.bigan_program(model, learning_rate=config.bigan_learning_rate, beta1=config.bigan_beta1,
+                                         disc_learning_rate=config.disc_learning_rate or None,
+                                         real_label=config.disc_real_label,
                                          exchange_weight=config.exchange_weight,
                                          consumed_objective=config.consumed_objective)
     return program, unsupervised.bigan_metrics(model), unsupervised.bigan_pictures(model)

@@ -43,13 +43,24 @@ def _parse_value(name: str, text: str, current: Any) -> Any:
             return float(text)
         if isinstance(current, tuple):
             items = [item for item in text.split(",") if item.strip()]
-            kind = type(current[0]) if current else int
-            return tuple(_parse_value(name, item.strip(), kind()) for item in items)
+            if current:
+                return tuple(_parse_value(name, item.strip(), type(current[0])()) for item in items)
+            return tuple(_guess_value(item.strip()) for item in items)  # an empty default says no item type
         if current is None:
             return json.loads(text) if text[:1] in "-0123456789[{\"" else text
         return text
     except ValueError as error:
         raise ValueError(f"override {name}={text!r}: cannot parse as {type(current).__name__} ({error})") from None
+
+
+def _guess_value(text: str) -> int | float | str:
+    """An int, else a float, else the string itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def apply_overrides(config: Any, pairs: Iterable[str]) -> Any:

@@ -107,31 +107,32 @@ def initializer(abstract: PyTree) -> Callable[[jax.Array], PyTree]:
     """``draw(key)``: Flax variables shaped like ``abstract`` (``jax.eval_shape`` of ``model.init``), in one draw.
 
     The distributions of Flax's defaults for Dense, Conv and BatchNorm: kernels LeCun normal (std
-    ``1 / sqrt(fan_in)``, not truncated), biases and running means 0, scales and running variances 1.
+    ``1 / sqrt(fan_in)``, not truncated), biases and running means 0, scales and running variances 1;
+    spectral norm's power-iteration vectors ``.../u`` standard normal and its ``.../sigma`` 1.
     One normal draw sliced into every kernel compiles about 10x faster than ``model.init`` (a
     random-number graph per parameter), which matters because the engine initialises nodes
     under ``vmap`` eagerly, once per model and number of nodes.
 
     Raises:
-      ValueError: a variable whose name is none of kernel, bias, scale, mean, var.
+      ValueError: a variable whose name is none of kernel, bias, scale, mean, var, .../u, .../sigma.
     """
     leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
     kinds = []
     for path, leaf in leaves:
-        name = getattr(path[-1], "key", None)
-        if name not in ("kernel", "bias", "scale", "mean", "var"):
+        name = str(getattr(path[-1], "key", "")).rsplit("/", 1)[-1]  # SpectralNorm names "Conv_0/kernel/u"
+        if name not in ("kernel", "bias", "scale", "mean", "var", "u", "sigma"):
             raise ValueError(f"no initializer for variable {jax.tree_util.keystr(path)}")
         kinds.append((name, leaf.shape, leaf.dtype))
-    sizes = [int(np.prod(shape)) if name == "kernel" else 0 for name, shape, _ in kinds]
+    sizes = [int(np.prod(shape)) if name in ("kernel", "u") else 0 for name, shape, _ in kinds]
     total = max(sum(sizes), 1)
 
     def draw(key: jax.Array) -> PyTree:
         flat = jax.random.normal(key, (total,))
         out, at = [], 0
         for (name, shape, dtype), size in zip(kinds, sizes, strict=True):
-            if name == "kernel":
-                fan_in = int(np.prod(shape[:-1]))
-                out.append((flat[at:at + size].reshape(shape) / np.sqrt(fan_in)).astype(dtype))
+            if name in ("kernel", "u"):
+                scale = np.sqrt(np.prod(shape[:-1])) if name == "kernel" else 1.0  # LeCun: 1 / sqrt(fan_in)
+                out.append((flat[at:at + size].reshape(shape) / scale).astype(dtype))
                 at += size
             else:
                 out.append(jnp.full(shape, 0.0 if name in ("bias", "mean") else 1.0, dtype))
@@ -140,12 +141,12 @@ def initializer(abstract: PyTree) -> Callable[[jax.Array], PyTree]:
     return draw
 
 
-def _grouped_step(optimizer: optax.GradientTransformation, params: dict, opt_state: dict, grads: dict,
+def _grouped_step(optimizers: dict[str, optax.GradientTransformation], params: dict, opt_state: dict, grads: dict,
                   active: dict) -> tuple[dict, dict]:
-    """One optimiser step per parameter group; a group whose ``active`` flag is False keeps its params and state."""
+    """One step of each group's optimiser; a group whose ``active`` flag is False keeps its params and state."""
     new_params, new_state = {}, {}
     for name in params:
-        updates, state = optimizer.update(grads[name], opt_state[name], params[name])
+        updates, state = optimizers[name].update(grads[name], opt_state[name], params[name])
         stepped = optax.apply_updates(params[name], updates)
         keep = jnp.logical_not(active[name])
         new_params[name] = jax.tree_util.tree_map(lambda old, new, k=keep: jnp.where(k, old, new), params[name],
@@ -198,6 +199,7 @@ def vae_program(model: VAE, *, learning_rate: float = 1e-3, exchange_weight: flo
     """
     _check_objective(consumed_objective, exchange_weight)
     optimizer = optax.adam(learning_rate)
+    optimizers = dict.fromkeys(VAE_GROUPS, optimizer)
     latent = model.latent
     replace = consumed_objective == "replace"
 
@@ -222,7 +224,7 @@ def vae_program(model: VAE, *, learning_rate: float = 1e-3, exchange_weight: flo
 
         (loss, outgoing), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         active = {"encoder": True, "decoder": jnp.logical_not(consumed) if replace else True}
-        params, opt_state = _grouped_step(optimizer, state.params, state.opt_state, grads, active)
+        params, opt_state = _grouped_step(optimizers, state.params, state.opt_state, grads, active)
         return population.NodeState(params, state.model_state, opt_state), (loss, jax.lax.stop_gradient(outgoing))
 
     def predict(state, images):
@@ -288,7 +290,7 @@ class BiGANTerms(NamedTuple):
 
 
 def bigan_terms(model: BiGAN, params: PyTree, model_state: PyTree, x: jax.Array, z: jax.Array, *, train: bool,
-                key: jax.Array | None = None) -> BiGANTerms:
+                key: jax.Array | None = None, real_label: float = 1.0) -> BiGANTerms:
     """The BiGAN's losses: one discriminator call on the real pairs ``(x, E(x))`` stacked over the fake ``(G(z), z)``.
 
     Args:
@@ -298,6 +300,8 @@ def bigan_terms(model: BiGAN, params: PyTree, model_state: PyTree, x: jax.Array,
       z: ``[B, Z]`` prior samples.
       train: BatchNorm on batch statistics (updated) and dropout on; else running statistics, no dropout.
       key: the dropout key (``train`` only).
+      real_label: the discriminator's target on real pairs; below 1 is one-sided label smoothing
+        (Salimans et al., 2016): D is never rewarded for certainty on real pairs.
 
     Returns:
       :class:`BiGANTerms`.
@@ -320,13 +324,15 @@ def bigan_terms(model: BiGAN, params: PyTree, model_state: PyTree, x: jax.Array,
     else:
         (features, fakes, logits), new_state = model.apply(variables, x, z, method=forward), model_state
     real, fake = jnp.split(logits, 2)
-    d_loss = jnp.mean(jax.nn.softplus(-real)) + jnp.mean(jax.nn.softplus(fake))
+    d_loss = (real_label * jnp.mean(jax.nn.softplus(-real)) + (1.0 - real_label) * jnp.mean(jax.nn.softplus(real))
+              + jnp.mean(jax.nn.softplus(fake)))
     ge_loss = jnp.mean(jax.nn.softplus(real)) + jnp.mean(jax.nn.softplus(-fake))
     return BiGANTerms(d_loss, ge_loss, real, fake, features, fakes, dict(new_state))
 
 
 def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0.5, exchange_weight: float = 1.0,
-                  consumed_objective: str = "replace") -> NodeProgram:
+                  consumed_objective: str = "replace", disc_learning_rate: float | None = None,
+                  real_label: float = 1.0) -> NodeProgram:
     """A BiGAN node for :func:`jaxcomm.network.make_network`.
 
     One training step updates all three parts simultaneously from one forward pass: the
@@ -339,13 +345,20 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
       learning_rate, beta1: Adam's step size and first-moment decay (DCGAN: 2e-4, 0.5).
       exchange_weight: scale of the feature MSE on consumed minibatches.
       consumed_objective: "replace" or "add" (module docstring).
+      disc_learning_rate: the discriminator's own Adam step size (None: ``learning_rate``); two
+        time scales (Heusel et al., 2017) slow a discriminator that wins.
+      real_label: the discriminator's target on real pairs (:func:`bigan_terms`).
 
     Returns:
       A :class:`jaxcomm.network.NodeProgram`: payload = ``E(x)``, ``D = Z``; ``predict`` gives
       ``E(x) [M, Z]``; ``loss`` is what the step minimised (``d_loss + ge_loss`` on local steps).
     """
     _check_objective(consumed_objective, exchange_weight)
+    if not 0.0 < real_label <= 1.0:
+        raise ValueError(f"real_label must be in (0, 1], got {real_label!r}")
     optimizer = optax.adam(learning_rate, b1=beta1)
+    optimizers = {"encoder": optimizer, "generator": optimizer,
+                  "discriminator": optax.adam(disc_learning_rate or learning_rate, b1=beta1)}
     latent = model.latent
     replace = consumed_objective == "replace"
 
@@ -356,7 +369,7 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
     def init(key: jax.Array) -> population.NodeState:
         variables = dict(draw(key))
         params = variables.pop("params")
-        return population.NodeState(params, variables, {g: optimizer.init(params[g]) for g in BIGAN_GROUPS})
+        return population.NodeState(params, variables, {g: optimizers[g].init(params[g]) for g in BIGAN_GROUPS})
 
     def train(state, images, local_targets, payload, consumed, key):
         del local_targets  # unsupervised: labels are never read
@@ -365,7 +378,8 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
         z = jax.random.normal(k_z, (images.shape[0], latent))
 
         def losses(params):
-            terms = bigan_terms(model, params, state.model_state, x, z, train=True, key=k_dropout)
+            terms = bigan_terms(model, params, state.model_state, x, z, train=True, key=k_dropout,
+                                real_label=real_label)
             exchange = exchange_weight * network.feature_mse(terms.features, payload)
             if replace:
                 ge = jnp.where(consumed, exchange, terms.ge_loss)
@@ -381,7 +395,7 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
                  "generator": ge_grads["generator"]}
         local = jnp.logical_not(consumed) if replace else True
         active = {"discriminator": local, "encoder": True, "generator": local}
-        params, opt_state = _grouped_step(optimizer, state.params, state.opt_state, grads, active)
+        params, opt_state = _grouped_step(optimizers, state.params, state.opt_state, grads, active)
         model_state = jax.tree_util.tree_map(lambda old, new: jnp.where(local, new, old), state.model_state,
                                              terms.model_state)
         loss = jnp.where(consumed, ge_loss, d_loss + ge_loss) if replace else d_loss + ge_loss

@@ -131,6 +131,33 @@ def test_a_spent_time_budget_skips_studies_but_never_rows():
     assert len(result["skipped_studies"]) == 1 and "temperature" in result["skipped_studies"][0]
 
 
+def test_study_points_select_labels_and_the_costly_ones_stay_last():
+    config = oe.OutputsExchangeConfig(rows=(), study_points=("N=50", "p_b=2x", "tau=4"))
+    assert [label for _, label, _, _ in oe.study_runs(config)] == ["tau=4", "p_b=2x", "N=50"]
+    assert len(oe.study_runs(oe.OutputsExchangeConfig())) == 16  # empty: every point
+
+
+def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tmp_path):
+    def point(study, label, x):
+        return {"study": study, "label": label, "x": x, "avg_accuracy": x}
+
+    def write(folder, summary):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps({"command": "c", "wall_seconds": 1.0, "git_commit": "g",
+                                                         **summary}))
+        (folder / "curves.jsonl").write_text("")
+
+    write(tmp_path, {"studies": [point("nodes", "N=1", 1), point("nodes", "N=10", 10),
+                                 point("frequency", "p_c=0.5", 0.5)],
+                     "skipped_studies": ["frequency p_b=2x (estimated 66 s, over the time budget)",
+                                         "nodes N=50 (estimated 871 s, over the time budget)"]})
+    write(tmp_path / "extra", {"studies": [point("nodes", "N=50", 50)], "skipped_studies": []})
+    summary, _ = oe.merge_runs(tmp_path)
+    assert [s["label"] for s in summary["studies"]] == ["N=1", "N=10", "N=50", "p_c=0.5"]
+    assert summary["skipped_studies"] == ["frequency p_b=2x (estimated 66 s, over the time budget)"]
+    assert summary["extra_runs"][0]["points"] == ["nodes N=50"]
+
+
 def test_strided_cnn_defaults_are_unchanged():
     # 4x4 convs 3->64->128->256 with biases, stride 2, then 4*4*256 -> 10: 699,850 parameters, no model state.
     model = StridedCNN()
@@ -165,7 +192,6 @@ BAD = [
     ("temperature", {"temperature": -1.0}),
     ("target", {"target": 101.0}),
     ("rows", {"rows": ("2_nodes_gradients",)}),
-    ("rows", {"rows": ()}),
     ("studies", {"studies": ("width",)}),
     ("studies", {"studies": ("nodes", "nodes")}),
     ("study_node_counts", {"study_node_counts": (0,)}),
@@ -173,6 +199,7 @@ BAD = [
     ("study_consume", {"study_consume": (0.0,)}),
     ("study_broadcast_factors", {"study_broadcast_factors": (-1.0,)}),
     ("study_temperatures", {"study_temperatures": (0.0,)}),
+    ("study_points", {"study_points": ("N=7",)}),
     ("time_budget_s", {"time_budget_s": -5.0}),
     ("seed", {"seed": 1.5}),
 ]

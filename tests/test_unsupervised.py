@@ -201,6 +201,58 @@ def test_consumed_bigan_step_matches_features_and_moves_only_the_encoder(bigan):
     assert _tree_equal(new.model_state, state.model_state)
 
 
+def test_label_smoothing_moves_only_the_real_term_of_the_discriminator_loss(bigan):
+    model, _, state = bigan
+    x = unsupervised.to_signed(_images())
+    z = jax.random.normal(jax.random.PRNGKey(1), (B, Z))
+    terms = jax.jit(lambda r: unsupervised.bigan_terms(model, state.params, state.model_state, x, z, train=False,
+                                                       real_label=r))
+    sharp, smooth = terms(1.0), terms(0.9)
+    softplus = jax.nn.softplus
+    # 0.9 * -log D(real) + 0.1 * -log(1 - D(real)): the fake term and the generator's loss are unchanged
+    shift = 0.1 * float(jnp.mean(softplus(sharp.real_logits)) - jnp.mean(softplus(-sharp.real_logits)))
+    assert float(smooth.d_loss - sharp.d_loss) == pytest.approx(shift, rel=1e-4)
+    assert float(smooth.ge_loss) == float(sharp.ge_loss)
+
+
+def test_the_discriminator_takes_its_own_learning_rate(bigan):
+    model = bigan[0]
+    program = unsupervised.bigan_program(model, learning_rate=1e-3, disc_learning_rate=4e-3)
+    state = program.init(jax.random.PRNGKey(0))
+    new, _ = jax.jit(program.train)(state, _images(), jnp.zeros((B, 10)), jnp.zeros((B, Z)), jnp.array(False),
+                                    jax.random.PRNGKey(3))
+    largest = lambda part: max(float(jnp.abs(a - b).max()) for a, b in zip(
+        jax.tree_util.tree_leaves(new.params[part]), jax.tree_util.tree_leaves(state.params[part]), strict=True))
+    # Adam's first step moves every parameter by its learning rate times the sign of its gradient.
+    assert largest("discriminator") == pytest.approx(4e-3, rel=1e-3)
+    assert largest("encoder") == pytest.approx(1e-3, rel=1e-3)
+    assert largest("generator") == pytest.approx(1e-3, rel=1e-3)
+    with pytest.raises(ValueError, match="real_label"):
+        unsupervised.bigan_program(model, real_label=1.5)
+
+
+def test_spectral_norm_divides_each_discriminator_kernel_by_its_largest_singular_value():
+    model = BiGAN(widths=(4,), latent=Z, image_shape=SHAPE, hidden=8, dropout=0.0, spectral_norm=True)
+    program = unsupervised.bigan_program(model)
+    state = program.init(jax.random.PRNGKey(0))
+    stats = state.model_state["batch_stats"]["discriminator"]
+    assert len(stats) == 4  # one conv, three dense layers, each with its power-iteration vector and sigma
+    x = unsupervised.to_signed(_images())
+    z = jax.random.normal(jax.random.PRNGKey(1), (B, Z))
+    variables = {"params": state.params, **state.model_state}
+    for _ in range(30):  # power iterations from the initializer's random u
+        _, variables_state = jax.jit(lambda v: model.apply(v, x, z, train=True, method=BiGAN.discriminate,
+                                                           mutable=["batch_stats"]))(variables)
+        variables = {"params": state.params, **variables_state}
+    sigmas = {key.split("/")[0]: value for stat in variables["batch_stats"]["discriminator"].values()
+              for key, value in stat.items() if key.endswith("/sigma")}  # "Conv_0/kernel/sigma"
+    assert set(sigmas) == set(state.params["discriminator"])
+    for name, sigma in sigmas.items():
+        kernel = state.params["discriminator"][name]["kernel"]
+        largest = np.linalg.svd(np.asarray(kernel).reshape(-1, kernel.shape[-1]), compute_uv=False)[0]
+        assert float(sigma) == pytest.approx(float(largest), rel=1e-3), name
+
+
 # --------------------------------------------------------------------------- VAE
 
 
@@ -362,6 +414,9 @@ BAD = [
     ("widths", {"widths": ()}),
     ("latent", {"latent": 0}),
     ("disc_dropout", {"disc_dropout": 1.0}),
+    ("disc_learning_rate", {"disc_learning_rate": -1e-4}),
+    ("disc_real_label", {"disc_real_label": 0.0}),
+    ("disc_spectral_norm", {"disc_spectral_norm": 1}),
     ("batch_size", {"batch_size": 0}),
     ("vae_learning_rate", {"vae_learning_rate": 0.0}),
     ("bigan_beta1", {"bigan_beta1": 1.0}),

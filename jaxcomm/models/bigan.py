@@ -34,23 +34,31 @@ class PairDiscriminator(nn.Module):
       dropout: drop probability after every hidden layer (ALI's regulariser; uses the "dropout"
         rng in training).
       negative_slope: of the LeakyReLU.
+      spectral_norm: divide every layer's kernel by its largest singular value (one power
+        iteration per training call, its vector kept in "batch_stats"): D becomes 1-Lipschitz per
+        layer and cannot win outright by sharpening (Miyato et al., 2018).
     """
 
     widths: Sequence[int] = (64, 128, 256)
     hidden: int = 512
     dropout: float = 0.2
     negative_slope: float = 0.2
+    spectral_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array, z: jax.Array, *, train: bool = False) -> jax.Array:
         """Args: x ``[B, H, W, C]`` in [-1, 1], z ``[B, Z]``. Returns logits ``[B]``."""
         act = lambda h: nn.Dropout(self.dropout, deterministic=not train)(nn.leaky_relu(h, self.negative_slope))
+
+        def layer(module, h):
+            return nn.SpectralNorm(module)(h, update_stats=train) if self.spectral_norm else module(h)
+
         h = x
         for width in self.widths:
-            h = act(nn.Conv(width, (4, 4), strides=(2, 2), padding="SAME")(h))
-        code = act(nn.Dense(self.hidden)(z))
-        joint = act(nn.Dense(self.hidden)(jnp.concatenate([h.reshape(h.shape[0], -1), code], axis=-1)))
-        return nn.Dense(1)(joint)[:, 0]
+            h = act(layer(nn.Conv(width, (4, 4), strides=(2, 2), padding="SAME"), h))
+        code = act(layer(nn.Dense(self.hidden), z))
+        joint = act(layer(nn.Dense(self.hidden), jnp.concatenate([h.reshape(h.shape[0], -1), code], axis=-1)))
+        return layer(nn.Dense(1), joint)[:, 0]
 
 
 class BiGAN(nn.Module):
@@ -66,6 +74,7 @@ class BiGAN(nn.Module):
       image_shape: ``(H, W, C)``.
       hidden: the discriminator's dense width.
       dropout: the discriminator's dropout.
+      spectral_norm: spectrally normalise the discriminator's layers.
     """
 
     widths: Sequence[int] = (64, 128, 256)
@@ -73,11 +82,13 @@ class BiGAN(nn.Module):
     image_shape: Sequence[int] = (32, 32, 3)
     hidden: int = 512
     dropout: float = 0.2
+    spectral_norm: bool = False
 
     def setup(self):
         self.encoder = ConvEncoder(self.widths, self.latent)
         self.generator = ConvDecoder(self.widths, self.image_shape, norm="batch")
-        self.discriminator = PairDiscriminator(self.widths, self.hidden, self.dropout)
+        self.discriminator = PairDiscriminator(self.widths, self.hidden, self.dropout,
+                                               spectral_norm=self.spectral_norm)
 
     def encode(self, x: jax.Array) -> jax.Array:
         """``E(x)``: ``[B, H, W, C]`` in [-1, 1] -> ``[B, Z]``."""
