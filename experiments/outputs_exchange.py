@@ -46,7 +46,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxcomm import data, decision, experiment, inbox, network
+from jaxcomm import data, decision, experiment, inbox, network, population
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import NORMS, StridedCNN
@@ -118,6 +118,8 @@ class OutputsExchangeConfig:
       time_budget_s: wall seconds (from the start of the run) after which no study run starts whose
         estimated time (its node-steps at the speed of the last study run) would overrun; skipped
         runs are listed in the summary. 0: no limit. The rows always run.
+      backend: the node lift's backend ("auto": measured fastest for conv nets and N; "map" runs
+        nodes one after another under ``lax.map``, compiled once whatever N).
       seed: seeds partitions, initialisations and every draw.
     """
 
@@ -148,6 +150,7 @@ class OutputsExchangeConfig:
     study_broadcast_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     study_temperatures: tuple[float, ...] = (0.25, 1.0, 4.0)
     time_budget_s: float = 2820.0
+    backend: str = "auto"
     seed: int = 0
 
     def __post_init__(self):
@@ -192,6 +195,7 @@ class OutputsExchangeConfig:
         labels = {label for _, label, _, _ in study_runs(self, select=False)}
         require(isinstance(self.study_points, tuple) and set(self.study_points) <= labels, "study_points",
                 f"labels of points of the chosen studies, from {sorted(labels)}", self.study_points)
+        one_of("backend", self.backend, ("auto", *population.BACKENDS))
         integer("seed", self.seed)
 
     def network(self, num_nodes: int, content: str, *, steps: int, eval_every: int, topology: str = "full",
@@ -209,7 +213,7 @@ class OutputsExchangeConfig:
             temperature=self.temperature if temperature is None else temperature,
             inbox_capacity=self.inbox_capacity, batch_size=self.batch_size, learning_rate=self.learning_rate,
             augment=self.augment and self.dataset == "cifar10", num_steps=steps, eval_every=eval_every,
-            seed=self.seed)
+            backend=self.backend, seed=self.seed)
 
 
 def cpu_config() -> OutputsExchangeConfig:

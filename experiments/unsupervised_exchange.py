@@ -568,13 +568,44 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def overrides_of(command: str) -> str:
+    """The ``field=value`` overrides of a run's command, without the ones every variant shares."""
+    shared = ("rows=", "probe_untrained=")
+    return " ".join(w for w in command.split() if "=" in w and not w.startswith(("--", *shared))) or "(cpu preset)"
+
+
+def variants_markdown(variants_dir: pathlib.Path) -> str:
+    """One line per row of every run in the subfolders of ``variants_dir`` (e.g. BiGAN recipes on 1 node):
+    its overrides of the cpu preset, probe test accuracy at every stage, and the discriminator's
+    mean ``sigmoid D`` on real and fake pairs at the last measurement."""
+    lines = ["| overrides | row | steps | probe avg at each stage | best (step) | D(real) / D(fake) at the end | "
+             "train s |", "|---|---|---|---|---|---|---|"]
+    runs = [experiment.read_run(path.parent) for path in sorted(variants_dir.glob("*/summary.json"))]
+    for summary, records in sorted(runs, key=lambda run: (run[0]["config"]["num_steps"], len(run[0]["command"]))):
+        curves = {r["run"]: r for r in records if r["kind"] == "row"}
+        for name, row in summary["rows"].items():
+            stages = ", ".join(f"{s['avg_accuracy']:.1f} @{s['step']:,}" for s in row["stages"])
+            objective = curves[name]["objective"]
+            ends = (f"{objective['d_real'][-1]:.2f} / {objective['d_fake'][-1]:.2f}" if "d_real" in objective
+                    else "-")
+            lines.append(f"| `{overrides_of(summary['command'])}` | {name} | {row['steps']:,} | {stages} | "
+                         f"{row['avg_accuracy']:.1f} ({row['best_step']:,}) | {ends} | {row['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(out_dir: pathlib.Path) -> None:
+    """table.md and the plots of the run in ``out_dir``; runs under ``out_dir/variants/`` get a table of their own."""
     summary, records = experiment.read_run(out_dir)
     curves = [r for r in records if r["kind"] == "row"]
     plot_probes(curves, out_dir / "probes.png", thesis=summary["config"]["dataset"] == "cifar10")
     plot_objectives(curves, out_dir / "objectives.png")
     plot_pictures([r for r in records if r["kind"] == "pictures"], out_dir / "pictures.png")
-    experiment.write_table(out_dir, table_markdown(summary))
+    table = table_markdown(summary)
+    variants = pathlib.Path(out_dir) / "variants"
+    if any(variants.glob("*/summary.json")):
+        table += ("\n## Variants (runs in `variants/`, each with its command there)\n\n"
+                  + variants_markdown(variants))
+    experiment.write_table(out_dir, table)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

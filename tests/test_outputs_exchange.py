@@ -200,6 +200,7 @@ BAD = [
     ("study_broadcast_factors", {"study_broadcast_factors": (-1.0,)}),
     ("study_temperatures", {"study_temperatures": (0.0,)}),
     ("study_points", {"study_points": ("N=7",)}),
+    ("backend", {"backend": "gpu"}),
     ("time_budget_s", {"time_budget_s": -5.0}),
     ("seed", {"seed": 1.5}),
 ]

@@ -401,6 +401,23 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     assert "Table 2.3" in table and "41.8" in table and "46.2" in table  # thesis numbers of the rows run
 
 
+def test_report_tables_the_runs_in_variants_by_their_overrides(smoke, tmp_path):
+    import shutil
+
+    out, summary = smoke
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    shutil.copytree(out, copy / "variants" / "a")
+    ue.write_report(copy)
+    table = (copy / "table.md").read_text()
+    assert "## Variants" in table
+    variants = table.split("## Variants")[1]
+    for name, row in summary["rows"].items():  # one line per row of the variant, its probe stages listed
+        assert f"| {name} |" in variants and f"{row['avg_accuracy']:.1f} ({row['best_step']:,})" in variants
+    assert ue.overrides_of("python e.py --preset cpu --out d rows=bigan_1_node probe_untrained=False num_steps=2400 "
+                           "disc_dropout=0.5") == "num_steps=2400 disc_dropout=0.5"
+
+
 def test_the_reported_stage_is_the_best_by_validation(smoke):
     _, summary = smoke
     for name, row in summary["rows"].items():
