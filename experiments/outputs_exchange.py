@@ -573,7 +573,7 @@ def table_markdown(summary: dict) -> str:
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += ["", "![studies](studies.png)"]
-    lines += ["", "![accuracy vs steps per row](rows.png)", ""]
+    lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
     return "\n".join(lines)
 
 
@@ -600,7 +600,8 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
 
 def write_report(out_dir: pathlib.Path) -> None:
     summary, curves = merge_runs(out_dir)
-    plot_rows(curves, out_dir / "rows.png")
+    if summary["rows"]:  # a run of study points only has no rows to draw
+        plot_rows(curves, out_dir / "rows.png")
     plot_studies(summary.get("studies") or [], out_dir / "studies.png")
     experiment.write_table(out_dir, table_markdown(summary))
 
