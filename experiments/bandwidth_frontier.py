@@ -371,8 +371,7 @@ def merge_runs(out_dir: pathlib.Path) -> dict:
     summary, _ = experiment.read_run(out_dir)
     summary["out_dir"] = str(out_dir)
     summary["extra_runs"] = []
-    for path in sorted(pathlib.Path(out_dir).glob("*/summary.json")):
-        extra, _ = experiment.read_run(path.parent)
+    for extra, _ in experiment.read_runs_below(out_dir):
         summary["rows"] |= extra["rows"]
         summary["extra_runs"].append({"command": extra["command"], "wall_seconds": extra["wall_seconds"],
                                       "git_commit": extra["git_commit"], "methods": list(extra["rows"])})

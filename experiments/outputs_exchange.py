@@ -483,12 +483,7 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def _num(value, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value
-    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+_num = experiment.cell
 
 
 def _steps(value, horizon: int) -> str:
@@ -582,8 +577,7 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped list."""
     summary, curves = experiment.read_run(out_dir)
     summary["extra_runs"] = []
-    for path in sorted(pathlib.Path(out_dir).glob("*/summary.json")):
-        extra, _ = experiment.read_run(path.parent)
+    for extra, _ in experiment.read_runs_below(out_dir):
         points = [(s["study"], s["label"]) for s in extra["studies"]]
         studies = [s for s in summary["studies"] if (s["study"], s["label"]) not in points]
         for point in extra["studies"]:  # after the last point of its study (the table's and plots' order)

@@ -808,11 +808,7 @@ def plot_stack_sizes(summary: dict, path: pathlib.Path) -> None:
 
 
 def _fmt(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "n.r."
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    return experiment.cell(value, digits, missing="n.r.")
 
 
 def table_markdown(summary: dict) -> str:

@@ -485,10 +485,7 @@ def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def _num(value, digits: int = 1) -> str:
-    if value is None:
-        return "N.A."
-    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+_num = functools.partial(experiment.cell, missing="N.A.")
 
 
 def table_markdown(summary: dict) -> str:
@@ -574,13 +571,12 @@ def overrides_of(command: str) -> str:
     return " ".join(w for w in command.split() if "=" in w and not w.startswith(("--", *shared))) or "(cpu preset)"
 
 
-def variants_markdown(variants_dir: pathlib.Path) -> str:
-    """One line per row of every run in the subfolders of ``variants_dir`` (e.g. BiGAN recipes on 1 node):
-    its overrides of the cpu preset, probe test accuracy at every stage, and the discriminator's
-    mean ``sigmoid D`` on real and fake pairs at the last measurement."""
+def variants_markdown(runs: list[tuple[dict, list[dict]]]) -> str:
+    """One line per row of every ``(summary, curves)`` run (e.g. BiGAN recipes on 1 node): its overrides
+    of the cpu preset, probe test accuracy at every stage, and the discriminator's mean ``sigmoid D``
+    on real and fake pairs at the last measurement."""
     lines = ["| overrides | row | steps | probe avg at each stage | best (step) | D(real) / D(fake) at the end | "
              "train s |", "|---|---|---|---|---|---|---|"]
-    runs = [experiment.read_run(path.parent) for path in sorted(variants_dir.glob("*/summary.json"))]
     for summary, records in sorted(runs, key=lambda run: (run[0]["config"]["num_steps"], len(run[0]["command"]))):
         curves = {r["run"]: r for r in records if r["kind"] == "row"}
         for name, row in summary["rows"].items():
@@ -601,8 +597,8 @@ def write_report(out_dir: pathlib.Path) -> None:
     plot_objectives(curves, out_dir / "objectives.png")
     plot_pictures([r for r in records if r["kind"] == "pictures"], out_dir / "pictures.png")
     table = table_markdown(summary)
-    variants = pathlib.Path(out_dir) / "variants"
-    if any(variants.glob("*/summary.json")):
+    variants = experiment.read_runs_below(pathlib.Path(out_dir) / "variants")
+    if variants:
         table += ("\n## Variants (runs in `variants/`, each with its command there)\n\n"
                   + variants_markdown(variants))
     experiment.write_table(out_dir, table)

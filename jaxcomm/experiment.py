@@ -157,6 +157,12 @@ def read_run(out_dir: str | os.PathLike) -> tuple[dict, list[dict]]:
     return summary, curves
 
 
+def read_runs_below(out_dir: str | os.PathLike) -> list[tuple[dict, list[dict]]]:
+    """:func:`read_run` of every subfolder of ``out_dir`` holding a ``summary.json``, by folder name: the
+    later runs a ``report`` merges (points a time budget skipped) or tables (variants)."""
+    return [read_run(path.parent) for path in sorted(pathlib.Path(out_dir).glob("*/summary.json"))]
+
+
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)
@@ -297,6 +303,15 @@ def pyplot():
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     return plt
+
+
+def cell(value: Any, digits: int = 1, missing: str = "-") -> str:
+    """A table cell: ``missing`` for None, floats to ``digits`` places, ints with thousands separators."""
+    if value is None:
+        return missing
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:

@@ -91,3 +91,9 @@ def test_main_interrupt_then_resume_with_the_same_config_only(tmp_path, capsys):
     assert seen == [(False, 7), (True, 1000)]
     assert json.loads((tmp_path / "summary.json").read_text())["rows"] == {"r": {"steps": 3}}
     assert not (tmp_path / "checkpoints").exists()  # removed once the results are written
+
+
+def test_table_cells():
+    assert experiment.cell(None) == "-" and experiment.cell(None, missing="N.A.") == "N.A."
+    assert experiment.cell(1234.567) == "1,234.6" and experiment.cell(0.5, 2) == "0.50"
+    assert experiment.cell(12345) == "12,345" and experiment.cell("tau=1") == "tau=1"
