@@ -29,8 +29,9 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def _parse_value(name: str, text: str, current: Any) -> Any:
-    """Parses ``text`` as the type of the field's current value; ``none`` is None."""
-    if text.lower() == "none":
+    """Parses ``text`` as the type of the field's current value; ``none`` is None, but for a
+    string field, where it is the string (``norm=none``)."""
+    if text.lower() == "none" and not isinstance(current, str):
         return None
     try:
         if isinstance(current, bool):

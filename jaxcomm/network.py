@@ -54,6 +54,7 @@ CONTENTS = ("none", "true_labels", "logits", "features")
 INBOX_ON_FAILURE = ("keep", "lose")
 TOPOLOGIES = ("ring", "full", "random", "time_varying")
 PARTITIONS = ("iid", "dirichlet")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,9 @@ class NetworkConfig:
       overflow: one of :data:`jaxcomm.inbox.OVERFLOW_POLICIES`.
       batch_size: B, samples per minibatch and per message.
       learning_rate: Adam's step size (thesis: Adam defaults, 1e-3).
+      lr_schedule: one of :data:`LR_SCHEDULES`: "constant" (the thesis) or "cosine"
+        (from ``learning_rate`` down to 0 at ``num_steps``, counted in each node's
+        own updates).
       partition: one of :data:`PARTITIONS`; "iid" as the thesis.
       dirichlet_alpha: concentration of the "dirichlet" label skew.
       backend: how per-node code is lifted: one of :data:`population.BACKENDS`, or
@@ -120,6 +124,7 @@ class NetworkConfig:
     overflow: str = "drop_oldest"
     batch_size: int = 32
     learning_rate: float = 1e-3
+    lr_schedule: str = "constant"
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
     backend: str = "auto"
@@ -158,6 +163,7 @@ class NetworkConfig:
         require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
         require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
                  self.learning_rate)
+        require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"one of {LR_SCHEDULES}", self.lr_schedule)
         require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
         require(is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
                  self.dirichlet_alpha)
@@ -334,19 +340,27 @@ class NodeProgram(NamedTuple):
     family: str = "other"
 
 
+def learning_rate(config: NetworkConfig) -> float | optax.Schedule:
+    """Adam's step size for ``config.lr_schedule``: a constant, or a schedule of the update count."""
+    if config.lr_schedule == "cosine":
+        return optax.cosine_decay_schedule(config.learning_rate, decay_steps=max(config.num_steps, 1))
+    return config.learning_rate
+
+
 def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],
                        num_classes: int) -> NodeProgram:
     """The thesis' supervised node: cross-entropy on local labels, the content's loss on consumed data.
 
     Args:
-      config: reads ``content``, ``consumed_weight``, ``temperature``, ``learning_rate``.
+      config: reads ``content``, ``consumed_weight``, ``temperature``, ``learning_rate``,
+        ``lr_schedule`` and (for its horizon) ``num_steps``.
       model: a Flax classifier ``model(x [B, H, W, C], train=bool) -> (logits
         [B, C], features [B, F])``; dropout, if any, uses the "dropout" rng.
       image_shape: ``(H, W, C)`` of one image.
       num_classes: C.
     """
     content = config.content
-    optimizer = optax.adam(config.learning_rate)
+    optimizer = optax.adam(learning_rate(config))
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
     feature_shape = jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape
     payload_dim = feature_shape[-1] if content == "features" else num_classes

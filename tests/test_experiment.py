@@ -29,6 +29,7 @@ def test_overrides_parse_by_type():
         Config(), ["steps=5", "rate=1e-3", "name=b", "hidden=64,16", "flag=true", "budget=7"])
     assert config == Config(steps=5, rate=1e-3, name="b", hidden=(64, 16), flag=True, budget=7)
     assert experiment.apply_overrides(Config(budget=3), ["budget=none"]).budget is None
+    assert experiment.apply_overrides(Config(), ["name=none"]).name == "none"  # a string field: norm=none
     # an empty tuple default: each item an int, else a float, else a string; an empty value is ()
     assert experiment.apply_overrides(Config(), ["hidden="]).hidden == ()
     assert experiment.apply_overrides(Config(hidden=()), ["hidden=3,0.5,N=50"]).hidden == (3, 0.5, "N=50")

@@ -125,6 +125,19 @@ def test_losses_by_hand():
     np.testing.assert_allclose(loss, 2.5, rtol=1e-6)
 
 
+def test_cosine_schedule_starts_at_the_rate_and_ends_at_zero(tiny_dataset):
+    schedule = network.learning_rate(network.NetworkConfig(learning_rate=0.01, lr_schedule="cosine", num_steps=6))
+    # 0.01 x (1 + cos(pi t / 6)) / 2 at t = 0, 3, 6
+    np.testing.assert_allclose([schedule(0), schedule(3), schedule(6)], [0.01, 0.005, 0.0], atol=1e-9)
+    # the first step equals the constant rate's; after num_steps = 6 updates the nodes stop moving
+    constant, data = build(tiny_dataset, content="true_labels")
+    cosine, _ = build(tiny_dataset, content="true_labels", lr_schedule="cosine")
+    chex.assert_trees_all_close(run_steps(constant, data, 1)[0].nodes.params, run_steps(cosine, data, 1)[0].nodes.params)
+    at_end, _ = run_steps(cosine, data, 6)
+    after, _ = run_steps(cosine, data, 8)
+    chex.assert_trees_all_close(after.nodes.params, at_end.nodes.params)
+
+
 def test_train_network_records_history(tiny_dataset):
     config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=8, num_steps=40, eval_every=20)
     out = network.train_network(config, MODEL, tiny_dataset, progress=False)
@@ -153,6 +166,7 @@ def test_train_network_records_history(tiny_dataset):
     ({"redraw_every": 0}, "redraw_every"),
     ({"eval_every": 0}, "eval_every"),
     ({"rebroadcast": "yes"}, "rebroadcast must be True or False"),
+    ({"lr_schedule": "step"}, r"lr_schedule must be one of \('constant', 'cosine'\)"),
 ])
 def test_bad_config_fails_on_construction(overrides, match):
     fields = {"num_nodes": 4, "num_neighbours": 2} | overrides
