@@ -125,6 +125,8 @@ class BandwidthFrontierConfig:
     Attributes:
       chapter2_preset: the ``experiments/outputs_exchange.py`` preset whose data, CNN, batch, optimiser,
         sharing settings and ``num_steps`` every method uses.
+      chapter2_overrides: ``field=value`` changes to that preset (e.g. ``num_steps=3000``), applied as
+        its command line's overrides.
       data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
       num_nodes: N.
       eval_every: steps between test evaluations (every method is scored at the final step).
@@ -136,6 +138,7 @@ class BandwidthFrontierConfig:
     """
 
     chapter2_preset: str = "cpu"
+    chapter2_overrides: tuple[str, ...] = ()
     data_dir: str = ""
     num_nodes: int = 10
     eval_every: int = 1000
@@ -146,6 +149,7 @@ class BandwidthFrontierConfig:
 
     def __post_init__(self):
         one_of("chapter2_preset", self.chapter2_preset, tuple(outputs_exchange.PRESETS))
+        self.chapter2()  # a bad override fails here, naming its field
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
         integer("num_nodes", self.num_nodes, low=2)
         integer("eval_every", self.eval_every, low=1)
@@ -160,14 +164,20 @@ class BandwidthFrontierConfig:
         integer("seed", self.seed)
 
     def chapter2(self) -> outputs_exchange.OutputsExchangeConfig:
-        return dataclasses.replace(outputs_exchange.PRESETS[self.chapter2_preset](), data_dir=self.data_dir,
-                                   seed=self.seed)
+        preset = experiment.apply_overrides(outputs_exchange.PRESETS[self.chapter2_preset](),
+                                            self.chapter2_overrides)
+        return dataclasses.replace(preset, data_dir=self.data_dir, seed=self.seed)
+
+
+CPU_CHAPTER2_RECIPE = ("augment=True", "learning_rate=0.001", "lr_schedule=constant", "num_steps=3000")
+"""The chapter-2 cpu recipe the committed frontier ran with (before that preset moved to Adam 3e-3 with a
+cosine decay, no augmentation and 5,000 steps): flips and crops, Adam 1e-3 constant, 3,000 steps."""
 
 
 def cpu_config() -> BandwidthFrontierConfig:
-    """Under 60 minutes on 2 CPU cores: the chapter-2 cpu preset's CNN and 3,000 steps, 16 methods in priority
-    order until the 54-minute budget."""
-    return BandwidthFrontierConfig()
+    """Under 60 minutes on 2 CPU cores: the chapter-2 cpu preset's CNN at :data:`CPU_CHAPTER2_RECIPE`
+    (3,000 steps), 16 methods in priority order until the 54-minute budget."""
+    return BandwidthFrontierConfig(chapter2_overrides=CPU_CHAPTER2_RECIPE)
 
 
 def thesis_config() -> BandwidthFrontierConfig:
@@ -223,7 +233,7 @@ def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, chec
         dp = data_parallel.DataParallelConfig(
             num_nodes=config.num_nodes, compression=method.compression, fraction=method.fraction,
             levels=method.levels, per_layer=method.per_layer, feedback=method.feedback,
-            batch_size=chapter2.batch_size, learning_rate=chapter2.learning_rate,
+            batch_size=chapter2.batch_size, learning_rate=chapter2.learning_rate, lr_schedule=chapter2.lr_schedule,
             augment=chapter2.augment and chapter2.dataset == "cifar10", num_steps=steps,
             eval_every=config.eval_every, seed=config.seed)
         out = data_parallel.train_data_parallel(dp, model, dataset, progress=progress, desc=method.name,
@@ -339,9 +349,11 @@ def table_markdown(summary: dict) -> str:
         f"Redraw: `python experiments/bandwidth_frontier.py report {pathlib.Path(summary.get('out_dir', '.'))}`",
         "",
         f"Data: {summary.get('dataset')}" + (f" ({summary['note']})" if summary.get("note") else "") + ". "
-        f"{config['num_nodes']} nodes with disjoint IID shards; the chapter-2 `{config['chapter2_preset']}` "
-        f"preset's model ({model}), batch {chapter2.get('batch_size')} per "
-        f"node, Adam {chapter2.get('learning_rate')}, {chapter2.get('num_steps', 0):,} steps, seed {config['seed']}. "
+        f"{config['num_nodes']} nodes with disjoint IID shards; the chapter-2 `{config['chapter2_preset']}` preset"
+        + (f" with `{' '.join(config['chapter2_overrides'])}`" if config.get("chapter2_overrides") else "")
+        + f": model ({model}), batch {chapter2.get('batch_size')} per "
+        f"node, Adam {chapter2.get('learning_rate')} ({chapter2.get('lr_schedule', 'constant')}), "
+        f"{chapter2.get('num_steps', 0):,} steps, seed {config['seed']}. "
         "Accuracy: the collective decision (negentropy) of the node networks, the shared model's for synchronous "
         "SGD; node average beside it. Bytes: what each node sends per step (see the module docstring for each "
         "count); 'of dense' = that over a dense ring all-reduce of the same gradients.",
@@ -365,13 +377,27 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHAPTER2_SELECTION = ("data_dir", "rows", "studies", "time_budget_s", "backend", "eval_every", "target",
+                      *(f.name for f in dataclasses.fields(outputs_exchange.OutputsExchangeConfig)
+                        if f.name.startswith("study")))
+"""Chapter-2 fields a frontier run does not train by (what to run, how fast, when to evaluate)."""
+SELECTION = ("methods", "time_budget_s", "data_dir", "eval_every", "chapter2_overrides")
+"""Fields of two frontier runs that may differ when one's rows join the other's (what ran, when evaluated;
+the overrides are compared by their effect, the chapter-2 configs)."""
+
+
 def merge_runs(out_dir: pathlib.Path) -> dict:
     """The run in ``out_dir`` plus the rows of runs in its subfolders (e.g. methods a time budget skipped, run
-    afterwards with ``--out DIR/extra methods=...``); the frontier is recomputed over all rows."""
+    afterwards with ``--out DIR/extra methods=...``); the frontier is recomputed over all rows. A subfolder run
+    that trains otherwise (:data:`SELECTION`, :data:`CHAPTER2_SELECTION`) is left out, with a line saying so."""
     summary, _ = experiment.read_run(out_dir)
-    summary["out_dir"] = str(out_dir)
     summary["extra_runs"] = []
     for extra, _ in experiment.read_runs_below(out_dir):
+        if not (experiment.same_settings(summary["config"], extra["config"], selection=SELECTION)
+                and experiment.same_settings(summary["chapter2_config"], extra["chapter2_config"],
+                                             selection=CHAPTER2_SELECTION)):
+            print(f"not merged: {extra['out_dir']} trains with other chapter-2 settings", flush=True)
+            continue
         summary["rows"] |= extra["rows"]
         summary["extra_runs"].append({"command": extra["command"], "wall_seconds": extra["wall_seconds"],
                                       "git_commit": extra["git_commit"], "methods": list(extra["rows"])})

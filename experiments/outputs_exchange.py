@@ -502,17 +502,14 @@ def _steps(value, horizon: int) -> str:
 def table_markdown(summary: dict) -> str:
     rows, config = summary["rows"], summary["config"]
     note = f" ({summary['note']})" if summary.get("note") else ""
-    model = ("strided CNN, channels" if config["dataset"] == "cifar10" else "MLP, hidden")
-    extra = (f", dense {config['hidden']}, norm {config['norm']}, augmentation {config['augment']}"
-             if config["dataset"] == "cifar10" else "")
     lines = [
         "# Chapter 2: nodes exchanging outputs (Tables 2.1 and 2.2)", "",
         f"Command: `{summary['command']}`  ",
         f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; "
         f"commit `{summary['git_commit']}`.  ",
-        "Redraw: `python experiments/outputs_exchange.py report results/outputs_exchange`", "",
-        f"Data: {summary.get('dataset')}{note}. Model: {model} {tuple(config['widths'])}{extra}; batch "
-        f"{config['batch_size']}, Adam {config['learning_rate']}; fully connected, consume {config['consume_prob']}, "
+        f"Redraw: `python experiments/outputs_exchange.py report {summary.get('out_dir', 'results/outputs_exchange')}`",
+        "", f"Data: {summary.get('dataset')}{note}. Model: {recipe(config)}; fully connected, consume "
+        f"{config['consume_prob']}, "
         f"broadcast {config['broadcast_factor']} x p_c/(N-1), inbox {config['inbox_capacity']}, logits at tau "
         f"{config['temperature']}; {config['num_steps']:,} steps, evaluated every {config['eval_every']} steps on the "
         "test set. Collective = Algorithm 3 with confident nodes weighted more (negentropy).", "",
@@ -577,16 +574,70 @@ def table_markdown(summary: dict) -> str:
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += ["", "![studies](studies.png)"]
+    lines += other_recipes_markdown(summary)
     lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
     return "\n".join(lines)
 
 
+def recipe(config: dict) -> str:
+    """The model and optimiser a run's config trains with, in words."""
+    if config["dataset"] == "cifar10":
+        model = (f"strided CNN, channels {tuple(config['widths'])}, dense {config['hidden']}, norm {config['norm']}, "
+                 f"augmentation {config['augment']}")
+    else:
+        model = f"MLP, hidden {tuple(config['widths'])}"
+    return (f"{model}; batch {config['batch_size']}, Adam {config['learning_rate']} "
+            f"({config.get('lr_schedule', 'constant')})")
+
+
+def other_recipes_markdown(summary: dict) -> list[str]:
+    """The rows of runs in subfolders that train otherwise (:data:`SELECTION`), beside this run's."""
+    others = [o for o in summary.get("other_runs", []) if o["rows"]]
+    if not others or not summary["rows"]:
+        return []
+    names = [pathlib.Path(o["out_dir"]).name for o in others]
+    config = summary["config"]
+    lines = ["", "## Other runs: the rows of runs in subfolders that train otherwise (avg / coll., %)", ""]
+    for name, other in zip(names, others, strict=True):
+        c = other["config"]
+        changed = ", ".join(f"{k}={c[k]}" for k in sorted(c.keys() & config.keys())
+                            if c[k] != config[k] and k not in SELECTION)
+        lines.append(f"- `{name}/`: {recipe(c)}; {c['num_steps']:,} steps (differs in {changed}); "
+                     f"`{other['command']}` ({other['wall_seconds']:.0f} s); its own table: `{name}/table.md`")
+    seeds = [o for o in others if experiment.same_settings(config, o["config"], selection=(*SELECTION, "seed"))]
+    lines += ["", "| row | thesis | this run | " + " | ".join(f"`{n}/`" for n in names)
+              + (f" | mean over the {len(seeds) + 1} seeds" if seeds else "") + " |",
+              "|---|---|---|" + "---|" * (len(names) + bool(seeds))]
+    pair = lambda a, c: f"{_num(a)} / {_num(c)}"  # noqa: E731
+    for name, row in summary["rows"].items():
+        t = THESIS_TABLE[name]
+        cells = [pair(t[0], t[1]) if t[1] is not None else f"{_num(t[0])} / N.A.",
+                 pair(row["avg_accuracy"], row["collective_accuracy"])]
+        cells += [pair(r["avg_accuracy"], r["collective_accuracy"]) if (r := o["rows"].get(name)) else "-"
+                  for o in others]
+        if seeds:
+            runs = [row] + [o["rows"][name] for o in seeds if name in o["rows"]]
+            cells.append(pair(*(float(np.mean([r[k] for r in runs])) for k in ("avg_accuracy", "collective_accuracy")))
+                         + f" ({len(runs)})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+SELECTION = ("rows", "studies", "study_points", "time_budget_s", "backend", "data_dir")
+"""Config fields that pick what a run runs, or how fast, rather than how it trains."""
+
+
 def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     """The run in ``out_dir`` plus the study points of runs in its subfolders (points a time budget
-    skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped list."""
+    skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped list.
+    Subfolder runs that train otherwise (a field outside :data:`SELECTION` differs) are not merged but
+    listed as ``other_runs``, whose rows the table sets beside this run's."""
     summary, curves = experiment.read_run(out_dir)
-    summary["extra_runs"] = []
+    summary["extra_runs"], summary["other_runs"] = [], []
     for extra, _ in experiment.read_runs_below(out_dir):
+        if not experiment.same_settings(summary["config"], extra["config"], selection=SELECTION):
+            summary["other_runs"].append(extra)
+            continue
         points = [(s["study"], s["label"]) for s in extra["studies"]]
         studies = [s for s in summary["studies"] if (s["study"], s["label"]) not in points]
         for point in extra["studies"]:  # after the last point of its study (the table's and plots' order)

@@ -52,6 +52,8 @@ class DataParallelConfig:
       feedback: error feedback (ignored by "none").
       batch_size: B per node (the model sees N x B samples per step).
       learning_rate: Adam's step size.
+      lr_schedule: "constant" or "cosine" (to 0 at ``num_steps``), as
+        :class:`jaxcomm.network.NetworkConfig`.
       partition, dirichlet_alpha: the shards, as :class:`jaxcomm.network.NetworkConfig`.
       augment: random flips and crops of every minibatch.
       backend: how the per-node gradients are lifted (one of
@@ -70,6 +72,7 @@ class DataParallelConfig:
     feedback: bool = True
     batch_size: int = 32
     learning_rate: float = 1e-3
+    lr_schedule: str = "constant"
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
     augment: bool = False
@@ -88,6 +91,8 @@ class DataParallelConfig:
         require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
         require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
                 self.learning_rate)
+        require(self.lr_schedule in network.LR_SCHEDULES, "lr_schedule", f"one of {network.LR_SCHEDULES}",
+                self.lr_schedule)
         require(self.partition in network.PARTITIONS, "partition", f"one of {network.PARTITIONS}", self.partition)
         require(is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
                 self.dirichlet_alpha)
@@ -159,7 +164,7 @@ def make_data_parallel(config: DataParallelConfig, model: nn.Module, *, image_sh
     n, b = config.num_nodes, config.batch_size
     backend, step_loop = speed.choose(speed.model_family(model), n, batch_size=b, backend=config.backend,
                                       step_loop=config.step_loop)
-    optimizer = optax.adam(config.learning_rate)
+    optimizer = optax.adam(network.learning_rate(config))
     # The shared model's init and predict are those of one classifier node.
     program = network.classifier_program(network.NetworkConfig(num_nodes=1, topology="full", content="none",
                                                learning_rate=config.learning_rate),

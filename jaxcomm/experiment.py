@@ -151,9 +151,10 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -
 
 
 def read_run(out_dir: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """``(summary, curves)`` of a results folder: what :func:`write_summary` and :func:`write_jsonl` wrote."""
+    """``(summary, curves)`` of a results folder: what :func:`write_summary` and :func:`write_jsonl` wrote,
+    the summary with its folder as ``out_dir``."""
     out = pathlib.Path(out_dir)
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text()) | {"out_dir": str(out_dir)}
     curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines() if line.strip()]
     return summary, curves
 
@@ -162,6 +163,13 @@ def read_runs_below(out_dir: str | os.PathLike) -> list[tuple[dict, list[dict]]]
     """:func:`read_run` of every subfolder of ``out_dir`` holding a ``summary.json``, by folder name: the
     later runs a ``report`` merges (points a time budget skipped) or tables (variants)."""
     return [read_run(path.parent) for path in sorted(pathlib.Path(out_dir).glob("*/summary.json"))]
+
+
+def same_settings(config: Mapping[str, Any], other: Mapping[str, Any], *, selection: Iterable[str] = ()) -> bool:
+    """Whether two runs' configs (summary ``config`` dicts) train alike: equal on every field both have
+    but ``selection``, the fields that pick what to run or how fast (rows, studies, budgets, lifts)."""
+    skip = set(selection)
+    return all(config[k] == other[k] for k in config.keys() & other.keys() if k not in skip)
 
 
 def _jsonable(value: Any) -> Any:

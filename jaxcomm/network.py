@@ -341,7 +341,11 @@ class NodeProgram(NamedTuple):
 
 
 def learning_rate(config: NetworkConfig) -> float | optax.Schedule:
-    """Adam's step size for ``config.lr_schedule``: a constant, or a schedule of the update count."""
+    """Adam's step size for ``config.lr_schedule``: a constant, or a schedule of the update count.
+
+    Reads ``learning_rate``, ``lr_schedule`` and ``num_steps`` (of a network's or a
+    :class:`jaxcomm.data_parallel.DataParallelConfig`).
+    """
     if config.lr_schedule == "cosine":
         return optax.cosine_decay_schedule(config.learning_rate, decay_steps=max(config.num_steps, 1))
     return config.learning_rate

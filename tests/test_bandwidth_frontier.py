@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pathlib
 
 import pytest
 
 from experiments import bandwidth_frontier as bf
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROW_FIELDS = {"accuracy", "bytes_per_node_step", "steps", "wall_seconds", "family", "total_bytes_per_node"}
 
 
@@ -71,6 +74,17 @@ def test_bad_method_specs_are_rejected_by_the_config(spec):
 def test_other_config_rules():
     for kwargs, field in [({"chapter2_preset": "gpu"}, "chapter2_preset"), ({"num_nodes": 1}, "num_nodes"),
                           ({"gossip_neighbours": 10}, "gossip_neighbours"), ({"methods": ()}, "methods"),
-                          ({"methods": ("sync", "sync")}, "methods"), ({"time_budget_s": -1}, "time_budget_s")]:
+                          ({"methods": ("sync", "sync")}, "methods"), ({"time_budget_s": -1}, "time_budget_s"),
+                          ({"chapter2_overrides": ("num_steps=-1",)}, "num_steps"),
+                          ({"chapter2_overrides": ("stepz=3",)}, "unknown config field 'stepz'")]:
         with pytest.raises(ValueError, match=field):
             bf.BandwidthFrontierConfig(**kwargs)
+
+
+def test_cpu_preset_pins_the_chapter2_recipe_of_the_committed_frontier():
+    committed = json.loads((ROOT / "results/bandwidth_frontier/summary.json").read_text())["chapter2_config"]
+    chapter2 = json.loads(json.dumps(dataclasses.asdict(bf.cpu_config().chapter2())))  # tuples as lists
+    fields = ("widths", "hidden", "norm", "augment", "batch_size", "learning_rate", "num_steps", "consume_prob",
+              "broadcast_factor", "inbox_capacity", "temperature")
+    assert {f: chapter2[f] for f in fields} == {f: committed[f] for f in fields}
+    assert chapter2["lr_schedule"] == committed.get("lr_schedule", "constant") == "constant"

@@ -98,3 +98,10 @@ def test_table_cells():
     assert experiment.cell(None) == "-" and experiment.cell(None, missing="N.A.") == "N.A."
     assert experiment.cell(1234.567) == "1,234.6" and experiment.cell(0.5, 2) == "0.50"
     assert experiment.cell(12345) == "12,345" and experiment.cell("tau=1") == "tau=1"
+
+
+def test_same_settings_ignores_selection_fields_and_fields_one_side_lacks():
+    a = {"steps": 10, "rows": ["x"], "augment": False}
+    assert experiment.same_settings(a, {"steps": 10, "rows": []}, selection=("rows",))  # an older run lacks augment
+    assert not experiment.same_settings(a, {"steps": 10, "rows": []})
+    assert not experiment.same_settings(a, {"steps": 20, "rows": ["x"]}, selection=("rows",))

@@ -132,7 +132,8 @@ def test_cosine_schedule_starts_at_the_rate_and_ends_at_zero(tiny_dataset):
     # the first step equals the constant rate's; after num_steps = 6 updates the nodes stop moving
     constant, data = build(tiny_dataset, content="true_labels")
     cosine, _ = build(tiny_dataset, content="true_labels", lr_schedule="cosine")
-    chex.assert_trees_all_close(run_steps(constant, data, 1)[0].nodes.params, run_steps(cosine, data, 1)[0].nodes.params)
+    first_constant, first_cosine = run_steps(constant, data, 1)[0], run_steps(cosine, data, 1)[0]
+    chex.assert_trees_all_close(first_constant.nodes.params, first_cosine.nodes.params)
     at_end, _ = run_steps(cosine, data, 6)
     after, _ = run_steps(cosine, data, 8)
     chex.assert_trees_all_close(after.nodes.params, at_end.nodes.params)

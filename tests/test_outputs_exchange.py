@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -141,21 +142,45 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     def point(study, label, x):
         return {"study": study, "label": label, "x": x, "avg_accuracy": x}
 
-    def write(folder, summary):
+    def write(folder, summary, **config):
         folder.mkdir(parents=True, exist_ok=True)
+        config = {"augment": False, "num_steps": 5000, "rows": ["1_node_no_sharing"], "time_budget_s": 60.0} | config
         (folder / "summary.json").write_text(json.dumps({"command": "c", "wall_seconds": 1.0, "git_commit": "g",
-                                                         **summary}))
+                                                         "config": config, "rows": {}, **summary}))
         (folder / "curves.jsonl").write_text("")
 
     write(tmp_path, {"studies": [point("nodes", "N=1", 1), point("nodes", "N=10", 10),
                                  point("frequency", "p_c=0.5", 0.5)],
                      "skipped_studies": ["frequency p_b=2x (estimated 66 s, over the time budget)",
                                          "nodes N=50 (estimated 871 s, over the time budget)"]})
-    write(tmp_path / "extra", {"studies": [point("nodes", "N=50", 50)], "skipped_studies": []})
+    # what it runs and how long it may take differ: merged
+    write(tmp_path / "extra", {"studies": [point("nodes", "N=50", 50)], "skipped_studies": []}, rows=[],
+          time_budget_s=0.0)
+    # how it trains differs: not merged, its rows set beside
+    write(tmp_path / "augmented", {"studies": [point("nodes", "N=20", 20)]}, augment=True, num_steps=3000)
     summary, _ = oe.merge_runs(tmp_path)
     assert [s["label"] for s in summary["studies"]] == ["N=1", "N=10", "N=50", "p_c=0.5"]
     assert summary["skipped_studies"] == ["frequency p_b=2x (estimated 66 s, over the time budget)"]
     assert summary["extra_runs"][0]["points"] == ["nodes N=50"]
+    assert [pathlib.Path(o["out_dir"]).name for o in summary["other_runs"]] == ["augmented"]
+
+
+def test_other_runs_table_sets_each_runs_rows_beside_this_ones_and_averages_seeds():
+    def run(avg, coll, folder="x", **config):
+        config = {"dataset": "cifar10", "widths": [16], "hidden": 8, "norm": "batch", "batch_size": 32,
+                  "learning_rate": 0.001, "num_steps": 100} | config
+        return {"config": config, "rows": {"10_nodes_no_sharing": {"avg_accuracy": avg, "collective_accuracy": coll}},
+                "command": "c", "wall_seconds": 9.0, "out_dir": f"results/{folder}"}
+
+    summary = run(60.0, 66.0, augment=False, seed=0)
+    summary["other_runs"] = [run(51.2, 60.5, "augmented", augment=True, seed=0),
+                             run(62.0, 67.0, "seed1", augment=False, seed=1)]
+    lines = oe.other_recipes_markdown(summary)
+    # the thesis, this run, each subfolder run, and the mean over the runs that differ only in seed: (60 + 62) / 2
+    assert "| 10_nodes_no_sharing | 71.1 / 72.9 | 60.0 / 66.0 | 51.2 / 60.5 | 62.0 / 67.0 | 61.0 / 66.5 (2) |" in lines
+    assert any("`augmented/`: strided CNN, channels (16,), dense 8, norm batch, augmentation True; batch 32, "
+               "Adam 0.001 (constant); 100 steps (differs in augment=True)" in line for line in lines)
+    assert oe.other_recipes_markdown(summary | {"other_runs": []}) == []
 
 
 def test_strided_cnn_defaults_are_unchanged():
