@@ -167,7 +167,8 @@ def make_data_parallel(config: DataParallelConfig, model: nn.Module, *, image_sh
     optimizer = optax.adam(network.learning_rate(config))
     # The shared model's init and predict are those of one classifier node.
     program = network.classifier_program(network.NetworkConfig(num_nodes=1, topology="full", content="none",
-                                               learning_rate=config.learning_rate),
+                                               learning_rate=config.learning_rate, lr_schedule=config.lr_schedule,
+                                               num_steps=config.num_steps),
                                  model, image_shape=image_shape, num_classes=num_classes)
     compressor = config.compressor()
     shapes = jax.eval_shape(program.init, jax.random.PRNGKey(0)).params

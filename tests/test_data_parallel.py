@@ -22,12 +22,12 @@ def build(dataset, **overrides):
     return system, network.network_data(dataset, config)
 
 
-@pytest.mark.parametrize("backend", ["vmap", "loop"])
-def test_sync_sgd_equals_one_model_on_the_concatenated_batch(tiny_dataset, backend):
-    system, data = build(tiny_dataset, backend=backend, step_loop="dispatch")
+@pytest.mark.parametrize("backend,lr_schedule", [("vmap", "constant"), ("loop", "constant"), ("vmap", "cosine")])
+def test_sync_sgd_equals_one_model_on_the_concatenated_batch(tiny_dataset, backend, lr_schedule):
+    system, data = build(tiny_dataset, backend=backend, step_loop="dispatch", lr_schedule=lr_schedule)
     state = system.init(jax.random.PRNGKey(0))
     params = population.node(state.nodes, 0).params
-    optimizer = optax.adam(system.config.learning_rate)
+    optimizer = optax.adam(network.learning_rate(system.config))  # cosine over num_steps = 4: a new rate each step
     opt_state = optimizer.init(params)
     step = jax.jit(system.step)
     for _ in range(3):
