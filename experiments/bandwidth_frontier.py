@@ -337,9 +337,6 @@ def table_markdown(summary: dict) -> str:
     rows, config = summary["rows"], summary["config"]
     on = set(summary.get("frontier", []))
     chapter2 = summary.get("chapter2_config") or {}
-    model = (f"strided CNN, channels {tuple(chapter2.get('widths', ()))}, dense {chapter2.get('hidden')}, norm "
-             f"{chapter2.get('norm')}, augmentation {chapter2.get('augment')}" if chapter2.get("dataset") == "cifar10"
-             else f"MLP, hidden {tuple(chapter2.get('widths', ()))}")
     lines = [
         "# Bandwidth frontier: output sharing against gradient exchange",
         "",
@@ -351,9 +348,8 @@ def table_markdown(summary: dict) -> str:
         f"Data: {summary.get('dataset')}" + (f" ({summary['note']})" if summary.get("note") else "") + ". "
         f"{config['num_nodes']} nodes with disjoint IID shards; the chapter-2 `{config['chapter2_preset']}` preset"
         + (f" with `{' '.join(config['chapter2_overrides'])}`" if config.get("chapter2_overrides") else "")
-        + f": model ({model}), batch {chapter2.get('batch_size')} per "
-        f"node, Adam {chapter2.get('learning_rate')} ({chapter2.get('lr_schedule', 'constant')}), "
-        f"{chapter2.get('num_steps', 0):,} steps, seed {config['seed']}. "
+        + f": {outputs_exchange.recipe(chapter2)}, {chapter2.get('num_steps', 0):,} steps, seed {config['seed']} "
+        "(batches per node). "
         "Accuracy: the collective decision (negentropy) of the node networks, the shared model's for synchronous "
         "SGD; node average beside it. Bytes: what each node sends per step (see the module docstring for each "
         "count); 'of dense' = that over a dense ring all-reduce of the same gradients.",

@@ -600,8 +600,8 @@ def other_recipes_markdown(summary: dict) -> list[str]:
     lines = ["", "## Other runs: the rows of runs in subfolders that train otherwise (avg / coll., %)", ""]
     for name, other in zip(names, others, strict=True):
         c = other["config"]
-        changed = ", ".join(f"{k}={c[k]}" for k in sorted(c.keys() & config.keys())
-                            if c[k] != config[k] and k not in SELECTION)
+        changed = ", ".join(f"{k}={v}" for k, v in
+                            experiment.changed_settings(config, c, selection=SELECTION).items())
         lines.append(f"- `{name}/`: {recipe(c)}; {c['num_steps']:,} steps (differs in {changed}); "
                      f"`{other['command']}` ({other['wall_seconds']:.0f} s); its own table: `{name}/table.md`")
     seeds = [o for o in others if experiment.same_settings(config, o["config"], selection=(*SELECTION, "seed"))]

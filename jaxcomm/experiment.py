@@ -165,11 +165,17 @@ def read_runs_below(out_dir: str | os.PathLike) -> list[tuple[dict, list[dict]]]
     return [read_run(path.parent) for path in sorted(pathlib.Path(out_dir).glob("*/summary.json"))]
 
 
-def same_settings(config: Mapping[str, Any], other: Mapping[str, Any], *, selection: Iterable[str] = ()) -> bool:
-    """Whether two runs' configs (summary ``config`` dicts) train alike: equal on every field both have
-    but ``selection``, the fields that pick what to run or how fast (rows, studies, budgets, lifts)."""
+def changed_settings(config: Mapping[str, Any], other: Mapping[str, Any], *,
+                     selection: Iterable[str] = ()) -> dict[str, Any]:
+    """``{field: other's value}`` for the fields both runs' configs (summary ``config`` dicts) have, outside
+    ``selection`` (the fields that pick what to run or how fast: rows, studies, budgets, lifts), that differ."""
     skip = set(selection)
-    return all(config[k] == other[k] for k in config.keys() & other.keys() if k not in skip)
+    return {k: other[k] for k in sorted(config.keys() & other.keys()) if k not in skip and config[k] != other[k]}
+
+
+def same_settings(config: Mapping[str, Any], other: Mapping[str, Any], *, selection: Iterable[str] = ()) -> bool:
+    """Whether two runs' configs train alike: no :func:`changed_settings`."""
+    return not changed_settings(config, other, selection=selection)
 
 
 def _jsonable(value: Any) -> Any:
