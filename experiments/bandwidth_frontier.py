@@ -5,9 +5,9 @@
     python experiments/bandwidth_frontier.py report results/bandwidth_frontier  # redraw table.md and the plot
 
 Every method trains the chapter-2 CNN on the same 10 disjoint CIFAR-10 shards, with the CNN, batch,
-optimiser and step budget of the chapter-2 preset named by ``chapter2_preset``
-(``experiments/outputs_exchange.py``), and is scored by its final test accuracy against the bytes
-each node sent per step:
+optimiser and step budget of the chapter-2 recipe named by ``chapter2_preset``
+(:data:`jaxcomm.recipes.PRESETS`, the recipe of ``experiments/outputs_exchange.py``'s preset of that
+name), and is scored by its final test accuracy against the bytes each node sent per step:
 
 * ``outputs:<content>``: Algorithm 2 (:mod:`jaxcomm.network`) exchanging true labels, logits (soft
   labels) or features, exactly the chapter-2 rows; accuracy = the collective decision (negentropy);
@@ -41,16 +41,13 @@ import sys
 import time
 from collections.abc import Sequence
 
-import jax
 import numpy as np
 
-if __name__ == "__main__":  # run as a script: make the sibling experiment importable as experiments.*
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from experiments import outputs_exchange  # noqa: E402
-from jaxcomm import compression, data, data_parallel, experiment  # noqa: E402
-from jaxcomm.checkpoint import Checkpoints  # noqa: E402
-from jaxcomm.validation import integer, one_of, require  # noqa: E402
+from jaxcomm import bandwidth, compression, data, data_parallel, network, recipes
+from jaxcomm.checkpoint import Checkpoints
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
+from jaxcomm.validation import integer, one_of, require
 
 EXPERIMENT = "bandwidth_frontier"
 FAMILIES = ("outputs", "sync", "gossip", "compressed")
@@ -123,10 +120,10 @@ class BandwidthFrontierConfig:
     """The frontier of accuracy against bytes per node.
 
     Attributes:
-      chapter2_preset: the ``experiments/outputs_exchange.py`` preset whose data, CNN, batch, optimiser,
-        sharing settings and ``num_steps`` every method uses.
-      chapter2_overrides: ``field=value`` changes to that preset (e.g. ``num_steps=3000``), applied as
-        its command line's overrides.
+      chapter2_preset: the chapter-2 recipe (:data:`jaxcomm.recipes.PRESETS`) whose data, CNN, batch,
+        optimiser, sharing settings and ``num_steps`` every method uses.
+      chapter2_overrides: ``field=value`` changes to that recipe (e.g. ``num_steps=3000``), applied as
+        command-line overrides.
       data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
       num_nodes: N.
       eval_every: steps between test evaluations (every method is scored at the final step).
@@ -148,7 +145,7 @@ class BandwidthFrontierConfig:
     seed: int = 0
 
     def __post_init__(self):
-        one_of("chapter2_preset", self.chapter2_preset, tuple(outputs_exchange.PRESETS))
+        one_of("chapter2_preset", self.chapter2_preset, tuple(recipes.PRESETS))
         self.chapter2()  # a bad override fails here, naming its field
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
         integer("num_nodes", self.num_nodes, low=2)
@@ -163,9 +160,9 @@ class BandwidthFrontierConfig:
                 "a number of seconds >= 0", self.time_budget_s)
         integer("seed", self.seed)
 
-    def chapter2(self) -> outputs_exchange.OutputsExchangeConfig:
-        preset = experiment.apply_overrides(outputs_exchange.PRESETS[self.chapter2_preset](),
-                                            self.chapter2_overrides)
+    def chapter2(self) -> recipes.Chapter2Recipe:
+        """The chapter-2 recipe every method trains by: the preset, its overrides, this config's data and seed."""
+        preset = harness_cli.apply_overrides(recipes.PRESETS[self.chapter2_preset](), self.chapter2_overrides)
         return dataclasses.replace(preset, data_dir=self.data_dir, seed=self.seed)
 
 
@@ -199,54 +196,45 @@ PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 # --------------------------------------------------------------------------- measurements
 
 
-def model_floats(model, image_shape: tuple[int, ...]) -> int:
-    """Floats a node holds in its model: parameters plus statistics (what gossip averaging sends)."""
-    dummy = jax.ShapeDtypeStruct((1, *image_shape), np.float32)
-    variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), dummy)
-    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(variables))
-
-
 def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, checkpoints: Checkpoints | None,
                progress: bool) -> dict:
     """Trains one method; its row: accuracy, bytes per node and step, steps, wall seconds."""
     chapter2 = config.chapter2()
-    model = outputs_exchange.model_for(chapter2, dataset.num_classes)
+    model = chapter2.model(dataset.num_classes)
     image_shape = dataset.train.images.shape[1:]
     safe_name = method.name.replace(":", "_")  # a checkpoint folder name
-    steps = chapter2.num_steps
+    checkpointer = checkpoints.run(safe_name) if checkpoints else None
+    # Every method reads the same network config as the chapter-2 rows (nodes, shards, batch, optimiser, schedule).
+    net = chapter2.network(config.num_nodes, method.content, eval_every=config.eval_every)
     if method.family in ("outputs", "gossip"):
-        net = chapter2.network(config.num_nodes, method.content, steps=steps, eval_every=config.eval_every)
         if method.family == "gossip":
             net = net.replace(topology="ring", num_neighbours=config.gossip_neighbours,
                               gossip_every=method.gossip_every)
-        out = outputs_exchange.train(chapter2, net, model, dataset, name=safe_name, checkpoints=checkpoints,
-                                     progress=progress)
-        summary = out["summary"]
+        out = network.train_network(net, model, dataset, progress=progress, desc=safe_name, checkpointer=checkpointer)
+        summary = recipes.summarize(out, num_params=bandwidth.model_num_params(model, image_shape))
         sent = summary["bytes_sent_per_node_step"]
-        if method.family == "gossip":
-            sent = config.gossip_neighbours * 4 * model_floats(model, image_shape) / method.gossip_every
+        if method.family == "gossip":  # parameters plus statistics: all a node holds, what gossip averaging sends
+            sent = bandwidth.gossip_bytes(config.gossip_neighbours,
+                                          bandwidth.model_num_params(model, image_shape, all_variables=True),
+                                          method.gossip_every)
         row = {"accuracy": summary["collective_accuracy"], "avg_accuracy": summary["avg_accuracy"],
                "bytes_per_node_step": sent, "steps": summary["steps"], "wall_seconds": summary["seconds"],
                "num_params": summary["num_params"]}
-        history = out["history"]
     else:
-        dp = data_parallel.DataParallelConfig(
-            num_nodes=config.num_nodes, compression=method.compression, fraction=method.fraction,
-            levels=method.levels, per_layer=method.per_layer, feedback=method.feedback,
-            batch_size=chapter2.batch_size, learning_rate=chapter2.learning_rate, lr_schedule=chapter2.lr_schedule,
-            augment=chapter2.augment and chapter2.dataset == "cifar10", num_steps=steps,
-            eval_every=config.eval_every, seed=config.seed)
-        out = data_parallel.train_data_parallel(dp, model, dataset, progress=progress, desc=method.name,
-                                                checkpointer=checkpoints.run(safe_name) if checkpoints else None)
+        compressor = None if method.compression == "none" else compression.make(
+            method.compression, fraction=method.fraction, levels=method.levels, per_layer=method.per_layer,
+            feedback=method.feedback)
+        out = data_parallel.train_data_parallel(net, model, dataset, compressor=compressor, progress=progress,
+                                                desc=method.name, checkpointer=checkpointer)
         system, final = out["system"], out["final"]
         row = {"accuracy": final["avg_accuracy"], "avg_accuracy": final["avg_accuracy"],
                "bytes_per_node_step": system.bytes_per_node_step(), "steps": out["steps_done"],
                "wall_seconds": round(out["train_seconds"], 1), "num_params": system.num_params,
                "message_bytes": system.message_bytes}
-        history = out["history"]
-        print(f"[{method.name}] accuracy {row['accuracy']:.1f} at {row['bytes_per_node_step']:,.0f} B/node/step "
-              f"in {row['wall_seconds']:.0f} s", flush=True)
-    dense = 2.0 * (config.num_nodes - 1) / config.num_nodes * 4 * row["num_params"]
+    print(f"[{method.name}] accuracy {row['accuracy']:.1f} at {row['bytes_per_node_step']:,.0f} B/node/step "
+          f"in {row['wall_seconds']:.0f} s", flush=True)
+    history = out["history"]
+    dense = bandwidth.allreduce_bytes(config.num_nodes, row["num_params"])
     row |= {"family": method.family, "setting": dataclasses.asdict(method),
             "total_bytes_per_node": row["bytes_per_node_step"] * row["steps"],
             "fraction_of_dense_allreduce": row["bytes_per_node_step"] / dense}
@@ -272,7 +260,7 @@ def run(config: BandwidthFrontierConfig, *, checkpoints: Checkpoints | None = No
     """Runs the methods in order until the time budget; returns ``rows``, ``frontier``, ``skipped``, ``curves``."""
     start = time.perf_counter()
     chapter2 = config.chapter2()
-    dataset = outputs_exchange.load(chapter2)
+    dataset = chapter2.load()
     rows: dict[str, dict] = {}
     curves, skipped, spent = [], [], []
     for spec in config.methods:
@@ -298,7 +286,7 @@ MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D"}
 
 def plot_frontier(summary: dict, path: pathlib.Path) -> None:
     """Final accuracy against total bytes sent per node (log scale); the frontier as a step line."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
     rows = summary["rows"]
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for family in FAMILIES:
@@ -348,7 +336,7 @@ def table_markdown(summary: dict) -> str:
         f"Data: {summary.get('dataset')}" + (f" ({summary['note']})" if summary.get("note") else "") + ". "
         f"{config['num_nodes']} nodes with disjoint IID shards; the chapter-2 `{config['chapter2_preset']}` preset"
         + (f" with `{' '.join(config['chapter2_overrides'])}`" if config.get("chapter2_overrides") else "")
-        + f": {outputs_exchange.recipe(chapter2)}, {chapter2.get('num_steps', 0):,} steps, seed {config['seed']} "
+        + f": {recipes.describe(chapter2)}, {chapter2.get('num_steps', 0):,} steps, seed {config['seed']} "
         "(batches per node). "
         "Accuracy: the collective decision (negentropy) of the node networks, the shared model's for synchronous "
         "SGD; node average beside it. Bytes: what each node sends per step (see the module docstring for each "
@@ -373,25 +361,30 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-CHAPTER2_SELECTION = ("data_dir", "rows", "studies", "time_budget_s", "backend", "eval_every", "target",
-                      *(f.name for f in dataclasses.fields(outputs_exchange.OutputsExchangeConfig)
-                        if f.name.startswith("study")))
-"""Chapter-2 fields a frontier run does not train by (what to run, how fast, when to evaluate)."""
+CHAPTER2_SELECTION = ("data_dir", "backend")
+"""Recipe fields a frontier run does not train by (where the data lives, how fast). Fields outside the recipe
+(:class:`jaxcomm.recipes.Chapter2Recipe`), which older summaries' chapter-2 configs hold (the chapter-2
+experiment's rows, studies, evaluations, target), are not compared either."""
+RECIPE_FIELDS = frozenset(f.name for f in dataclasses.fields(recipes.Chapter2Recipe))
 SELECTION = ("methods", "time_budget_s", "data_dir", "eval_every", "chapter2_overrides")
 """Fields of two frontier runs that may differ when one's rows join the other's (what ran, when evaluated;
 the overrides are compared by their effect, the chapter-2 configs)."""
+
+
+def _recipe(chapter2_config: dict) -> dict:
+    return {k: v for k, v in chapter2_config.items() if k in RECIPE_FIELDS}
 
 
 def merge_runs(out_dir: pathlib.Path) -> dict:
     """The run in ``out_dir`` plus the rows of runs in its subfolders (e.g. methods a time budget skipped, run
     afterwards with ``--out DIR/extra methods=...``); the frontier is recomputed over all rows. A subfolder run
     that trains otherwise (:data:`SELECTION`, :data:`CHAPTER2_SELECTION`) is left out, with a line saying so."""
-    summary, _ = experiment.read_run(out_dir)
+    summary, _ = results.read_run(out_dir)
     summary["extra_runs"] = []
-    for extra, _ in experiment.read_runs_below(out_dir):
-        if not (experiment.same_settings(summary["config"], extra["config"], selection=SELECTION)
-                and experiment.same_settings(summary["chapter2_config"], extra["chapter2_config"],
-                                             selection=CHAPTER2_SELECTION)):
+    for extra, _ in results.read_runs_below(out_dir):
+        if not (results.same_settings(summary["config"], extra["config"], selection=SELECTION)
+                and results.same_settings(_recipe(summary["chapter2_config"]), _recipe(extra["chapter2_config"]),
+                                          selection=CHAPTER2_SELECTION)):
             print(f"not merged: {extra['out_dir']} trains with other chapter-2 settings", flush=True)
             continue
         summary["rows"] |= extra["rows"]
@@ -402,15 +395,17 @@ def merge_runs(out_dir: pathlib.Path) -> dict:
     return summary
 
 
-def write_report(out_dir: pathlib.Path) -> None:
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md, then (with ``plots``) frontier.png, from the run in ``out_dir`` and the runs below it."""
     summary = merge_runs(out_dir)
-    plot_frontier(summary, pathlib.Path(out_dir) / "frontier.png")
-    experiment.write_table(out_dir, table_markdown(summary))
+    report.write_table(out_dir, table_markdown(summary))
+    if plots:
+        report.draw(frontier=lambda: plot_frontier(summary, pathlib.Path(out_dir) / "frontier.png"))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws table.md and the plot; anything else runs the experiment."""
-    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
+    return harness_cli.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
                           write_report=write_report)
 
 

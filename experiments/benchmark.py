@@ -19,7 +19,7 @@ Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
 for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
 Timings use real MNIST digits (the shipped sample) for the MLPs; the CNN rows
 use random uint8 32x32x3 images, since speed does not depend on pixel values.
-Writes results/benchmark/summary.json, table.md and, with --write-choices, the
+Writes runs/benchmark/<quick|full>-<time>/summary.json (or --out DIR), table.md and, with --write-choices, the
 measured-best table that ``backend="auto"`` reads (jaxcomm/assets/backends.json).
 """
 
@@ -37,6 +37,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BACKENDS = ("vmap", "unrolled", "map", "sharded")  # inside the engine's jitted scan
+# The family (jaxcomm.speed.family_of) each workload's measurements are recorded under for backend="auto".
+FAMILIES = {"student": "mlp", "teacher": "wide_mlp", "cnn": "conv"}
 MIN_SECONDS = 2.0  # timed per variant, after compilation
 
 
@@ -90,9 +92,9 @@ def model_and_data(workload: str):
 
 def loop_of(net):
     """The engine's chunk runner for this network: lax.scan or one call per step."""
-    from jaxcomm import runner
+    from jaxcomm import driver
 
-    return (runner.scan_steps if net.step_loop == "scan" else runner.dispatch_steps)(net.step, lambda info: ())
+    return (driver.scan_steps if net.step_loop == "scan" else driver.dispatch_steps)(net.step, lambda info: ())
 
 
 def timed(run, state, data, chunk: int) -> tuple[float, float]:
@@ -113,7 +115,7 @@ def measure_row(row: Row) -> dict:
     """All measurements of one row, in this process."""
     import jax
 
-    from jaxcomm import network, runner
+    from jaxcomm import driver, network
 
     model, dataset = model_and_data(row.workload)
     base = network.NetworkConfig(num_nodes=row.num_nodes, content="none", batch_size=row.batch_size,
@@ -178,7 +180,7 @@ def measure_row(row: Row) -> dict:
         # What lax.scan would cost here: convolutions in a loop body are slow on CPU.
         net = make(base.replace(backend=best, step_loop="scan"))
         state = net.init(jax.random.PRNGKey(0))
-        _, in_scan = timed(runner.scan_steps(net.step, lambda info: ()), state, network.network_data(dataset, base), 1)
+        _, in_scan = timed(driver.scan_steps(net.step, lambda info: ()), state, network.network_data(dataset, base), 1)
         result["scan_node_steps_per_s"] = in_scan * row.num_nodes
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["rss_mb_per_node"] = result["peak_rss_mb"] / row.num_nodes
@@ -288,11 +290,21 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md from the summary.json in ``out_dir`` (the benchmark draws no plots)."""
+    summary = json.loads((pathlib.Path(out_dir) / "summary.json").read_text())
+    (pathlib.Path(out_dir) / "table.md").write_text("# Benchmark: node-steps per second by backend\n\n"
+                                                    + format_table(summary) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="three small rows (smoke test)")
     parser.add_argument("--only", nargs="+", default=None, help="row names to run, e.g. student_n64 cnn_n10")
-    parser.add_argument("--out", default=str(ROOT / "results" / "benchmark"), help="results folder")
+    parser.add_argument("--out", default=None,
+                        help="results folder (default a fresh runs/benchmark/<quick|full>-<YYYYmmdd-HHMMSS>)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="folder holding the datasets (sets $JAXCOMM_DATA_DIR; the rows use the shipped sample)")
     parser.add_argument("--write-choices", action="store_true",
                         help="also write the measured-best backends to jaxcomm/assets/backends.json")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
@@ -302,7 +314,14 @@ def main(argv=None) -> int:
         print(json.dumps(measure_row(Row(**{k: tuple(v) if isinstance(v, list) else v
                                           for k, v in json.loads(args.measure).items()}))))
         return 0
-    from jaxcomm import experiment, speed
+    from jaxcomm import speed
+    from jaxcomm.harness import cli as harness_cli
+    from jaxcomm.harness import results as harness_results
+
+    if args.data_dir is not None:
+        os.environ["JAXCOMM_DATA_DIR"] = str(pathlib.Path(args.data_dir).expanduser().absolute())
+    preset = "quick" if args.quick else "full"
+    args.out = args.out or str(harness_cli.default_out_dir("benchmark", preset))
 
     selected = rows(args.quick)
     if args.only:
@@ -320,15 +339,13 @@ def main(argv=None) -> int:
             r["fraction_of_matmul_peak"] = r["flops_per_node_step"] * r["best_node_steps_per_s"] / (peak * 1e9)
         elif "error" not in r:
             r["fraction_of_matmul_peak"] = None
-    path = experiment.write_summary(args.out, experiment="benchmark", preset="quick" if args.quick else "full",
+    path = harness_results.write_summary(args.out, experiment="benchmark", preset=preset,
                                     rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak)
     summary = json.loads(path.read_text())
-    table = format_table(summary)
-    (pathlib.Path(args.out) / "table.md").write_text("# Benchmark: node-steps per second by backend\n\n"
-                                                      + table + "\n")
-    print(table)
+    write_report(args.out)
+    print(format_table(summary))
     if args.write_choices:
-        print(f"wrote {speed.write_backend_choices(summary)}")
+        print(f"wrote {speed.write_backend_choices(summary, families=FAMILIES)}")
     return 0
 
 

@@ -111,6 +111,8 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per subprocess")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="folder holding the datasets (sets $JAXCOMM_DATA_DIR; the run uses the shipped sample)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -124,6 +126,8 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.data_dir is not None:
+        os.environ["JAXCOMM_DATA_DIR"] = str(pathlib.Path(args.data_dir).expanduser().absolute())
     if args.worker:
         worker(args)
         return 0

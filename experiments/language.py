@@ -14,9 +14,11 @@ paths (:func:`jaxcomm.language.level`). A linear probe on B's last hidden layer 
 beside them on stopped features; its validation accuracy is tracked and its test accuracy
 taken at the best validation step (§4.2.2.5, Table 4.1).
 
-All levels x seeds of one setting are ONE population (:func:`jaxcomm.population.lift`): one
-jitted step trains every pair of agents; per-member levels, masks and views are arrays. Seed s
-has the same initialisation, masks, minibatches and Gumbel noise in every level (paired).
+The engine is the library's (:func:`jaxcomm.language.train_agents`): all members of one
+message length and number of steps are ONE population, one jitted step over every pair of
+agents, per-member levels, masks and views as arrays. Seed s has the same initialisation,
+masks, minibatches and Gumbel noise in every level (paired). This file holds the presets,
+:func:`run` (which members, then rows from their results) and the report (tables, plots).
 Beyond the thesis: the random-init probe, the collapsing "summed cross-entropy" reading, and a
 study over pixel-inversion noise (10/30/50 %), complementary half-image views and message
 length (32/64/128), each reporting the paired gain of every level over the baseline.
@@ -28,21 +30,20 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import pathlib
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from jaxcomm import experiment, language, population, runner
-from jaxcomm.checkpoint import Checkpointer, Checkpoints, decode, encode
-from jaxcomm.data import ImageDataset, ImageSplit, load_mnist, load_mnist_sample, padded_batches
+from jaxcomm import language, stats
+from jaxcomm.checkpoint import Checkpoints
+from jaxcomm.data import ImageDataset, load_mnist, load_mnist_sample
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
 from jaxcomm.models import to_unit_float
 from jaxcomm.validation import is_int, is_real, require
 
@@ -85,112 +86,64 @@ def setting_normalisation(config: LanguageConfig, name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class LanguageConfig:
-    """Agents, objective, schedule and study of the chapter-4 experiment; validated on construction.
+class LanguageConfig(language.AgentsConfig):
+    """The chapter-4 experiment: the agents' config (inherited) plus data, seeds, steps and study.
+
+    The fields of :class:`jaxcomm.language.AgentsConfig` (widths, learning rates, critic,
+    estimator, temperature schedule, level weights, ``eval_every``, ``diag_batch``, backend,
+    base seed) are inherited, not restated; overrides stay flat ``field=value``.
 
     Attributes:
       dataset: "mnist" (50k/10k/10k, §4.2.1.2) or "mnist_sample" (the shipped real sample, smoke runs).
       data_dir: folder holding MNIST; "" reads ``$JAXCOMM_DATA_DIR``.
-      hidden: hidden widths of each message generator (thesis: unstated); the probe reads the last.
-      critic_hidden: hidden width of each critic P + L*V -> critic_hidden -> 1 (thesis: unstated).
-      message_length: L (thesis: 32).
-      batch_size: minibatch of both agents (thesis: unstated).
-      learning_rate: Adam step of generators and critics (thesis: unstated).
-      probe_learning_rate: Adam step of the linear probe.
-      critic: one of :data:`jaxcomm.language.CRITICS` ("gan" = thesis).
-      estimator: "gumbel" (thesis) or "reinforce" (its suggested future work; needs critic "gan").
+      message_length: L of the table (thesis: 32).
       ce_normalisation: "mean" (adopted: cross-entropy averaged over the L heads) or "sum".
-      noise: fraction of pixels inverted by each agent's fixed mask (thesis: 0.1).
-      tau_init, tau_decay, tau_every, tau_floor: Gumbel temperature schedule (thesis: 4, 0.9, 100, 0.5).
-      one_way_weight: weight of the likelihood term at level "student_receiving_only" (thesis: 0.01).
-      two_way_weight: weight of each likelihood term at the feedback levels (thesis: 0.005).
+      noise: fraction of pixels inverted by each agent's fixed mask in the table (thesis: 0.1).
       levels: communication levels of the table; "baseline" is required.
       seeds: paired seeds per level.
       num_steps: training steps of the table population.
-      eval_every: steps between validation evaluations (one jitted chunk).
-      diag_batch: validation images of the diagnostics (critic accuracy, agreement, MI bound,
-        capped at log2(diag_batch) bits).
       random_init_seeds: seeds of the probe on untrained agents (0: skip).
       collapse_seeds: seeds of the other cross-entropy normalisation, shown beside (0: skip).
       collapse_steps: steps of that run.
       study_settings: names from :data:`STUDY_SETTINGS` (empty: no study).
       study_seeds: paired seeds per level in each study setting.
       study_steps: steps of the study populations.
-      backend: how per-member code is lifted (:data:`jaxcomm.population.BACKENDS`).
-      seed: base seed; member seed s uses ``fold_in(PRNGKey(seed), s)`` in every level and setting.
     """
 
     dataset: str = "mnist"
     data_dir: str = ""
-    hidden: tuple[int, ...] = (128, 32)
-    critic_hidden: int = 128
     message_length: int = 32
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    probe_learning_rate: float = 1e-3
-    critic: str = "gan"
-    estimator: str = "gumbel"
     ce_normalisation: str = "mean"
     noise: float = 0.1
-    tau_init: float = 4.0
-    tau_decay: float = 0.9
-    tau_every: int = 100
-    tau_floor: float = 0.5
-    one_way_weight: float = 0.01
-    two_way_weight: float = 0.005
     levels: tuple[str, ...] = LEVELS
     seeds: int = 10
     num_steps: int = 2000
-    eval_every: int = 100
-    diag_batch: int = 128
     random_init_seeds: int = 5
     collapse_seeds: int = 3
     collapse_steps: int = 1000
     study_settings: tuple[str, ...] = STUDY_SETTINGS
     study_seeds: int = 6
     study_steps: int = 1000
-    backend: str = "vmap"
-    seed: int = 0
 
     def __post_init__(self):
+        super().__post_init__()
         require(self.dataset in DATASETS, "dataset", f"one of {DATASETS}", self.dataset)
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
-        require(isinstance(self.hidden, tuple) and len(self.hidden) >= 1
-                 and all(is_int(w) and w >= 1 for w in self.hidden), "hidden",
-                 "a non-empty tuple of integers >= 1", self.hidden)
-        for name in ("critic_hidden", "message_length", "batch_size", "seeds", "num_steps", "eval_every",
-                     "tau_every", "collapse_steps", "study_seeds", "study_steps"):
+        for name in ("message_length", "seeds", "num_steps", "collapse_steps", "study_seeds", "study_steps"):
             value = getattr(self, name)
             require(is_int(value) and value >= 1, name, "an integer >= 1", value)
-        require(is_int(self.diag_batch) and self.diag_batch >= 2, "diag_batch", "an integer >= 2",
-                 self.diag_batch)
         for name in ("random_init_seeds", "collapse_seeds"):
             value = getattr(self, name)
             require(is_int(value) and value >= 0, name, "an integer >= 0", value)
-        for name in ("learning_rate", "probe_learning_rate", "tau_init", "tau_floor"):
-            value = getattr(self, name)
-            require(is_real(value) and value > 0, name, "a number > 0", value)
-        for name in ("one_way_weight", "two_way_weight"):
-            value = getattr(self, name)
-            require(is_real(value) and value >= 0, name, "a number >= 0", value)
-        require(is_real(self.tau_decay) and 0 < self.tau_decay <= 1, "tau_decay", "a number in (0, 1]",
-                 self.tau_decay)
         require(is_real(self.noise) and 0.0 <= self.noise <= 1.0, "noise", "a fraction in [0, 1]", self.noise)
-        require(self.critic in language.CRITICS, "critic", f"one of {language.CRITICS}", self.critic)
-        require(self.estimator in language.ESTIMATORS, "estimator", f"one of {language.ESTIMATORS}",
-                 self.estimator)
-        require(self.estimator == "gumbel" or self.critic == "gan", "critic",
-                 "'gan' with estimator 'reinforce' (its per-message cost is the GAN loss)", self.critic)
         require(self.ce_normalisation in language.NORMALISATIONS, "ce_normalisation",
-                 f"one of {language.NORMALISATIONS}", self.ce_normalisation)
+                f"one of {language.NORMALISATIONS}", self.ce_normalisation)
         require(isinstance(self.levels, tuple) and all(lv in LEVELS for lv in self.levels)
-                 and "baseline" in self.levels and len(set(self.levels)) == len(self.levels), "levels",
-                 f"distinct names from {LEVELS} including 'baseline'", self.levels)
+                and "baseline" in self.levels and len(set(self.levels)) == len(self.levels), "levels",
+                f"distinct names from {LEVELS} including 'baseline'", self.levels)
         require(isinstance(self.study_settings, tuple) and all(s in STUDY_SETTINGS for s in self.study_settings)
-                 and len(set(self.study_settings)) == len(self.study_settings), "study_settings",
-                 f"distinct names from {STUDY_SETTINGS}", self.study_settings)
-        population.check_backend(self.backend)
-        require(is_int(self.seed), "seed", "an integer", self.seed)
+                and len(set(self.study_settings)) == len(self.study_settings), "study_settings",
+                f"distinct names from {STUDY_SETTINGS}", self.study_settings)
 
 
 def cpu_config() -> LanguageConfig:
@@ -223,327 +176,50 @@ def load_dataset(config: LanguageConfig) -> ImageDataset:
     return load_mnist(config.data_dir or None)
 
 
-# --------------------------------------------------------------------------- population
+# --------------------------------------------------------------------------- members
 
 
-class Member(NamedTuple):
-    """One pair of agents of a population: what it reports to, its setting, level and seed.
-
-    Members with the same message length and number of steps train as one population,
-    whatever their group, setting, level or normalisation (those are per-member arrays).
-    """
+class Entry(NamedTuple):
+    """A member of the experiment: what it reports to, its named setting, the library member it trains."""
 
     group: str  # "table", "ce_sum" / "ce_mean" (the other normalisation) or "study"
     setting: str  # a key of settings(config)
-    level: str  # a communication level
-    seed: int
-    frozen: bool = False  # untrained agents (the random-init probe): only the probe learns
-    normalisation: str = "mean"  # cross-entropy over the L heads: "mean" or "sum"
+    member: language.Member
 
 
-class MemberArrays(NamedTuple):
-    """Per-member constants as arrays, so one jitted step serves every level and setting."""
-
-    key: jax.Array  # [S, 2] uint32 run key of the member's seed (batches and Gumbel noise)
-    level: language.Level  # fields [S] float32
-    invert_a: jax.Array  # [S, P] bool, A's fixed inverted pixels
-    keep_a: jax.Array  # [S, P] float32, 1 where A sees the pixel
-    invert_b: jax.Array  # [S, P] bool
-    keep_b: jax.Array  # [S, P] float32
-    frozen: jax.Array  # [S] float32, 1: agents' parameters never move
-
-
-class Agents(NamedTuple):
-    """Training state of one pair of agents and the student's probe (stacked: leaves [S, ...])."""
-
-    params: dict  # {"gen_a", "gen_b", "critic_a", "critic_b"}: Flax params
-    opt_state: optax.OptState  # Adam state of params
-    probe: dict  # linear probe on B's last hidden layer: {"kernel" [H, C], "bias" [C]}
-    probe_opt: optax.OptState  # Adam state of the probe
-
-
-class PopulationState(NamedTuple):
-    agents: Agents  # leaves [S, ...]
-    step: jax.Array  # [] int32, steps done (shared)
-
-
-class TrainData(NamedTuple):
-    images: jax.Array  # [M, 28, 28, 1] uint8 training split, on the device once
-    labels: jax.Array  # [M] int32
-
-
-def seed_key(config: LanguageConfig, seed: int) -> jax.Array:
-    """Seed s: the same key in every level and setting (paired comparisons)."""
-    return jax.random.fold_in(jax.random.PRNGKey(config.seed), seed)
-
-
-def member_arrays(config: LanguageConfig, members: Sequence[Member], num_pixels: int, side: int) -> MemberArrays:
-    """Masks, views, levels and keys of each member.
-
-    A mask is drawn from the seed's key alone (``fold_in(key, 1)`` for A, ``2`` for B) as
-    ``uniform < noise``, so a seed's 10 % mask is contained in its 30 % and 50 % masks.
-    The population computes the cross-entropy averaged over heads; a member with
-    normalisation "sum" has its weights multiplied by L, which is exactly the summed reading.
-    """
+def all_members(config: LanguageConfig) -> list[Entry]:
+    """The table (levels x seeds, plus the random-init probe), the other normalisation and the study."""
     named = settings(config)
-    keys, levels, inv_a, keep_a, inv_b, keep_b = [], [], [], [], [], []
-    top, bottom = language.half_masks(side, side)
-    full = jnp.ones(num_pixels, jnp.float32)
-    for m in members:
-        setting, key = named[m.setting], seed_key(config, m.seed)
-        keys.append(jax.random.fold_in(key, 3))
-        lvl = language.level(m.level, one_way=config.one_way_weight, two_way=config.two_way_weight)
-        scale = float(setting.length) if m.normalisation == "sum" else 1.0
-        levels.append(lvl._replace(weight_ab=lvl.weight_ab * scale, weight_ba=lvl.weight_ba * scale))
-        inv_a.append(language.inversion_mask(jax.random.fold_in(key, 1), num_pixels, setting.noise))
-        inv_b.append(language.inversion_mask(jax.random.fold_in(key, 2), num_pixels, setting.noise))
-        halves = setting.view == "halves"
-        keep_a.append(top if halves else full)
-        keep_b.append(bottom if halves else full)
-    level = language.Level(*(jnp.asarray(col, jnp.float32) for col in zip(*levels, strict=True)))
-    return MemberArrays(jnp.stack(keys), level, jnp.stack(inv_a), jnp.stack(keep_a), jnp.stack(inv_b),
-                        jnp.stack(keep_b), jnp.asarray([m.frozen for m in members], jnp.float32))
+    norm, other = config.ce_normalisation, "sum" if config.ce_normalisation == "mean" else "mean"
+
+    def entry(group: str, name: str, lv: str, seed: int, frozen: bool, normalisation: str) -> Entry:
+        s = named[name]
+        return Entry(group, name, language.Member(lv, seed, s.noise, s.view, frozen, normalisation))
+
+    members = [entry("table", "noise10", lv, s, False, norm) for lv in config.levels for s in range(config.seeds)]
+    members += [entry("table", "noise10", "baseline", s, True, norm) for s in range(config.random_init_seeds)]
+    members += [entry(f"ce_{other}", "noise10", lv, s, False, other) for lv in config.levels
+                for s in range(config.collapse_seeds)]
+    members += [entry("study", name, lv, s, False, setting_normalisation(config, name))
+                for name in config.study_settings for lv in config.levels
+                for s in range(config.study_seeds)]
+    return members
 
 
-class Functions(NamedTuple):
-    init: Any  # init(init_keys [S, 2]) -> PopulationState
-    step: Any  # step(state, (TrainData, MemberArrays)) -> (state, info), pure
-    evaluate: Any  # evaluate(gen_b, probe, images, labels, weight, arrays) -> correct [S], jitted
-    diagnose: Any  # diagnose(params, images, arrays) -> dict of [S], jitted
+def member_steps(config: LanguageConfig, entry: Entry) -> int:
+    return {"table": config.num_steps, "study": config.study_steps}.get(entry.group, config.collapse_steps)
 
 
-@functools.cache
-def _member_init(hidden: tuple[int, ...], critic_hidden: int, length: int, num_pixels: int, num_classes: int):
-    """``init_member(key) -> Agents`` of one member (one function object per architecture, so jit caches it).
-
-    Adam's initial state does not depend on its step size, so the optimisers here only shape the state.
-    """
-    gen = language.MessageGenerator(hidden=hidden, length=length)
-    critic = language.Critic(hidden=critic_hidden)
-    adam = optax.adam(1e-3)
-    x0, s0 = jnp.zeros((1, num_pixels)), jnp.zeros((1, length, 2))
-
-    def init_member(key):
-        ka, kb, kca, kcb = jax.random.split(key, 4)
-        params = {"gen_a": gen.init(ka, x0)["params"], "gen_b": gen.init(kb, x0)["params"],
-                  "critic_a": critic.init(kca, x0, s0)["params"], "critic_b": critic.init(kcb, x0, s0)["params"]}
-        probe = {"kernel": jnp.zeros((hidden[-1], num_classes)), "bias": jnp.zeros((num_classes,))}
-        return Agents(params, adam.init(params), probe, adam.init(probe))
-
-    return init_member
-
-
-def make_population(config: LanguageConfig, length: int, num_pixels: int, num_classes: int) -> Functions:
-    """The pure functions of a population whose members all send messages of ``length`` symbols.
-
-    Args:
-      config: the experiment config.
-      length: L of every member.
-      num_pixels: P.
-      num_classes: C of the probe.
-
-    The cross-entropy is averaged over heads here; :func:`member_arrays` scales the weights
-    of "sum" members by L.
-    """
-    norm = "mean"
-    gen = language.MessageGenerator(hidden=config.hidden, length=length)
-    critic = language.Critic(hidden=config.critic_hidden)
-    optimizer = optax.adam(config.learning_rate)
-    probe_opt = optax.adam(config.probe_learning_rate)
-    tau = lambda t: language.temperature(t, init=config.tau_init, decay=config.tau_decay, every=config.tau_every,
-                                         floor=config.tau_floor)
-    reinforce = config.estimator == "reinforce"
-
-    init_member = _member_init(tuple(config.hidden), config.critic_hidden, length, num_pixels, num_classes)
-
-    def critic_fn(p):
-        return lambda method, x, *s: critic.apply({"params": p}, x, *s, method=method)
-
-    def member_step(agents: Agents, arrays: MemberArrays, t, data: TrainData):
-        k = jax.random.fold_in(arrays.key, t)
-        k_batch, k_a, k_b = jax.random.split(k, 3)
-        idx = jax.random.randint(k_batch, (config.batch_size,), 0, data.labels.shape[0])
-        x = to_unit_float(data.images[idx]).reshape(config.batch_size, -1)
-        xa = language.apply_view(x, arrays.invert_a, arrays.keep_a)
-        xb = language.apply_view(x, arrays.invert_b, arrays.keep_b)
-        temp = tau(t)
-
-        def loss_fn(params):
-            logits_a, _ = gen.apply({"params": params["gen_a"]}, xa)
-            logits_b, feat_b = gen.apply({"params": params["gen_b"]}, xb)
-            if reinforce:
-                msg_a, lp_a = language.sample_message(k_a, logits_a)
-                msg_b, lp_b = language.sample_message(k_b, logits_b)
-                log_a, log_b = jax.nn.log_softmax(logits_a, -1), jax.nn.log_softmax(logits_b, -1)
-            else:
-                log_a = language.log_relaxed(logits_a, language.gumbel_noise(k_a, logits_a.shape), temp)
-                log_b = language.log_relaxed(logits_b, language.gumbel_noise(k_b, logits_b.shape), temp)
-                msg_a, msg_b = jnp.exp(log_a), jnp.exp(log_b)
-            info_a, pos_a, neg_a = language.info_loss(config.critic, critic_fn(params["critic_a"]), xa, msg_a)
-            info_b, pos_b, neg_b = language.info_loss(config.critic, critic_fn(params["critic_b"]), xb, msg_b)
-            comm = language.communication_loss(arrays.level, msg_a, log_a, msg_b, log_b, norm)
-            total = info_a + info_b + comm
-            if reinforce:  # the senders' gradients through their sampled messages
-                lv = arrays.level
-                cost_a = language.info_cost_per_sample(pos_a, neg_a) + lv.ab_to_sender * lv.weight_ab * \
-                    language.per_sample_cross_entropy(msg_a, log_b, norm)
-                cost_b = language.info_cost_per_sample(pos_b, neg_b) + lv.ba_to_sender * lv.weight_ba * \
-                    language.per_sample_cross_entropy(msg_b, log_a, norm)
-                total = total + language.reinforce_surrogate(lp_a, cost_a) + language.reinforce_surrogate(lp_b,
-                                                                                                          cost_b)
-            info = {"info_a": info_a, "info_b": info_b, "comm": comm,
-                    "disc_a": language.discriminator_accuracy(pos_a, neg_a)}
-            return total, (info, feat_b)
-
-        grads, (info, feat_b) = jax.grad(loss_fn, has_aux=True)(agents.params)
-        updates, opt_state = optimizer.update(grads, agents.opt_state, agents.params)
-        updates = jax.tree_util.tree_map(lambda u: u * (1.0 - arrays.frozen), updates)
-        params = optax.apply_updates(agents.params, updates)
-
-        def probe_loss(probe):
-            logits = jax.lax.stop_gradient(feat_b) @ probe["kernel"] + probe["bias"]
-            return optax.softmax_cross_entropy_with_integer_labels(logits, data.labels[idx]).mean()
-
-        p_loss, p_grads = jax.value_and_grad(probe_loss)(agents.probe)
-        p_updates, p_state = probe_opt.update(p_grads, agents.probe_opt, agents.probe)
-        probe = optax.apply_updates(agents.probe, p_updates)
-        return Agents(params, opt_state, probe, p_state), {**info, "probe": p_loss}
-
-    lifted_step = population.lift(member_step, backend=config.backend, in_axes=(0, 0, None, None))
-
-    def init(keys):
-        # "loop": one compiled single-member init, shared by every population of the same architecture
-        # (compiling the initialisers costs seconds on CPU; running them costs milliseconds).
-        agents = population.lift(init_member, backend="loop")(keys)
-        return PopulationState(agents, jnp.zeros((), jnp.int32))
-
-    def step(state: PopulationState, data):
-        train, arrays = data
-        agents, info = lifted_step(state.agents, arrays, state.step, train)
-        return PopulationState(agents, state.step + 1), info
-
-    def correct(gen_b, probe, images, labels, weight, invert_b, keep_b):
-        x = language.apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert_b, keep_b)
-        _, features = gen.apply({"params": gen_b}, x)
-        logits = features @ probe["kernel"] + probe["bias"]
-        return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
-
-    lifted_correct = population.lift(correct, backend=config.backend, in_axes=(0, 0, None, None, None, 0, 0))
-    evaluate = jax.jit(lambda gen_b, probe, images, labels, weight, arrays: lifted_correct(
-        gen_b, probe, images, labels, weight, arrays.invert_b, arrays.keep_b))
-
-    def diagnose_member(params, images, invert_a, keep_a, invert_b, keep_b):
-        x = to_unit_float(images).reshape(images.shape[0], -1)
-        out = {}
-        hard = {}
-        for agent, inv, keep in (("a", invert_a, keep_a), ("b", invert_b, keep_b)):
-            view = language.apply_view(x, inv, keep)
-            logits, _ = gen.apply({"params": params[f"gen_{agent}"]}, view)
-            msg = language.hard_message(logits)
-            scores = critic.apply({"params": params[f"critic_{agent}"]}, view, msg, method="pairs")
-            pos, neg = jnp.diagonal(scores), jnp.diagonal(jnp.roll(scores, -1, axis=1))
-            out[f"disc_{agent}"] = language.discriminator_accuracy(pos, neg)
-            out[f"mi_bits_{agent}"] = language.infonce_bits(scores)
-            out[f"distinct_{agent}"] = _distinct_fraction(msg)
-            hard[agent] = msg
-        out["agreement"] = language.message_agreement(hard["a"], hard["b"])
-        return out
-
-    # lax.map over members: the [B, B, hidden] pair activations of every member at once would not fit.
-    lifted_diag = population.lift(diagnose_member, backend="map", in_axes=(0, None, 0, 0, 0, 0), map_batch_size=4)
-    diagnose = jax.jit(lambda params, images, arrays: lifted_diag(params, images, arrays.invert_a, arrays.keep_a,
-                                                                  arrays.invert_b, arrays.keep_b))
-    return Functions(init, step, evaluate, diagnose)
-
-
-def _distinct_fraction(msg: jax.Array) -> jax.Array:
-    """Fraction of distinct hard messages in a batch ``[B, L, V]`` (1/B: one constant message)."""
-    bits = jnp.argmax(msg, -1)  # [B, L]
-    same = jnp.all(bits[:, None, :] == bits[None, :, :], axis=-1)  # [B, B]
-    first = ~jnp.any(jnp.tril(same, k=-1), axis=1)  # no earlier identical message
-    return jnp.mean(first)
-
-
-def _accuracy(fns: Functions, gen_b, probe, split: ImageSplit, arrays: MemberArrays) -> np.ndarray:
-    counts = sum(fns.evaluate(gen_b, probe, *b, arrays) for b in padded_batches(split, 2500))
-    return 100.0 * np.asarray(counts) / len(split.labels)
-
-
-def train_population(config: LanguageConfig, members: Sequence[Member], dataset: ImageDataset, *, length: int,
-                     num_steps: int, progress: bool = True, desc: str | None = None,
-                     checkpointer: Checkpointer | None = None) -> dict:
-    """Trains every member together; validation accuracy of B's probe every ``eval_every`` steps.
-
-    Returns:
-      ``{"members": [per-member dict], "seconds", "steps_done", "final_params"}``; each member
-      dict has its setting, level, seed, the curve (steps, val_accuracy, diagnostics),
-      ``best_val``, ``best_step`` and ``test_accuracy`` at the best validation step.
-    """
-    side = dataset.train.images.shape[1]
-    num_pixels = int(np.prod(dataset.train.images.shape[1:]))
-    fns = make_population(config, length, num_pixels, dataset.num_classes)
-    arrays = member_arrays(config, members, num_pixels, side)
-    init_keys = jnp.stack([jax.random.fold_in(seed_key(config, m.seed), 0) for m in members])
-    state = fns.init(init_keys)
-    size = len(members)
-    diag_images = jnp.asarray(dataset.validation.images[:config.diag_batch])
-    track = {"best_val": np.full(size, -1.0), "best_step": np.zeros(size, np.int64),
-             "best": (state.agents.params["gen_b"], state.agents.probe), "steps": [], "val": [], "diag": [],
-             "train": []}
-
-    def on_chunk(done, state, infos):
-        agents = state.agents
-        acc = _accuracy(fns, agents.params["gen_b"], agents.probe, dataset.validation, arrays)
-        improved = acc > track["best_val"]
-        track["best_val"] = np.where(improved, acc, track["best_val"])
-        track["best_step"] = np.where(improved, done, track["best_step"])
-        track["best"] = population.where(improved, (agents.params["gen_b"], agents.probe), track["best"])
-        track["steps"].append(done)
-        track["val"].append(acc)
-        track["diag"].append({k: np.asarray(v) for k, v in fns.diagnose(agents.params, diag_images, arrays).items()})
-        track["train"].append({k: np.asarray(v).mean(0) for k, v in infos.items()})
-        return {"val": f"{np.median(acc):.1f}"}
-
-    start = time.perf_counter()
-    result = runner.run_in_chunks(fns.step, state, (TrainData(jnp.asarray(dataset.train.images),
-                                                              jnp.asarray(dataset.train.labels)), arrays),
-                                  num_steps=num_steps, chunk_size=config.eval_every, on_chunk=on_chunk,
-                                  progress=progress, desc=desc, checkpointer=checkpointer,
-                                  metrics=lambda: encode({k: v for k, v in track.items() if k != "best"}),
-                                  restore_metrics=lambda saved: track.update(decode(saved)),
-                                  aux=lambda: track["best"], restore_aux=lambda best: track.update(best=best))
-    seconds = time.perf_counter() - start
-    test = _accuracy(fns, *track["best"], dataset.test, arrays)
-    out = []
-    for i, m in enumerate(members):
-        curve = {"steps": list(track["steps"]), "val_accuracy": [round(float(v[i]), 3) for v in track["val"]]}
-        for key in track["diag"][0] if track["diag"] else ():
-            curve[key] = [round(float(d[key][i]), 4) for d in track["diag"]]
-        for key in track["train"][0] if track["train"] else ():
-            curve[f"train_{key}"] = [round(float(d[key][i]), 5) for d in track["train"]]
-        final = {k: v[-1] for k, v in curve.items() if k not in ("steps", "val_accuracy") and v}
-        collapsed = bool(language.detect_collapse(0.5 * (final.get("disc_a", 1.0) + final.get("disc_b", 1.0)),
-                                                  final.get("agreement", 0.0))) if final else False
-        out.append({**m._asdict(), "length": length,
-                    **curve, "best_val": float(track["best_val"][i]), "best_step": int(track["best_step"][i]),
-                    "test_accuracy": float(test[i]), "collapsed": collapsed})
-    return {"members": out, "seconds": seconds, "steps_done": result.steps_done,
-            "interrupted": result.interrupted, "final_params": result.state.agents.params, "functions": fns,
-            "arrays": arrays}
+def populations(config: LanguageConfig) -> dict[tuple[int, int], list[Entry]]:
+    """Members grouped by (message length, steps): each group trains as ONE population (one jitted step)."""
+    named = settings(config)
+    out: dict[tuple[int, int], list[Entry]] = {}
+    for e in all_members(config):
+        out.setdefault((named[e.setting].length, member_steps(config, e)), []).append(e)
+    return out
 
 
 # --------------------------------------------------------------------------- metrics
-
-
-def paired_ci95(diffs: Sequence[float]) -> tuple[float, float]:
-    """Student-t 95 % interval of the mean of paired differences (NaNs if fewer than 2)."""
-    d = np.asarray(diffs, float)
-    if len(d) < 2:
-        return (float("nan"), float("nan"))
-    from scipy import stats  # noqa: PLC0415
-
-    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    return (round(float(d.mean() - half), 3), round(float(d.mean() + half), 3))
 
 
 def row_metrics(members: Sequence[dict], baseline: Sequence[dict] | None) -> dict:
@@ -562,38 +238,12 @@ def row_metrics(members: Sequence[dict], baseline: Sequence[dict] | None) -> dic
         base = {m["seed"]: m["test_accuracy"] for m in baseline}
         diffs = [m["test_accuracy"] - base[m["seed"]] for m in members if m["seed"] in base]
         out["paired_diff_vs_baseline"] = round(float(np.mean(diffs)), 3) if diffs else None
-        out["paired_diff_ci95"] = list(paired_ci95(diffs))
+        out["paired_diff_ci95"] = list(stats.paired_ci95(diffs))
         out["paired_seeds"] = len(diffs)
     return out
 
 
 # --------------------------------------------------------------------------- run
-
-
-def all_members(config: LanguageConfig) -> list[Member]:
-    """The table (levels x seeds, plus the random-init probe), the other normalisation and the study."""
-    norm, other = config.ce_normalisation, "sum" if config.ce_normalisation == "mean" else "mean"
-    members = [Member("table", "noise10", lv, s, False, norm) for lv in config.levels for s in range(config.seeds)]
-    members += [Member("table", "noise10", "baseline", s, True, norm) for s in range(config.random_init_seeds)]
-    members += [Member(f"ce_{other}", "noise10", lv, s, False, other) for lv in config.levels
-                for s in range(config.collapse_seeds)]
-    members += [Member("study", name, lv, s, False, setting_normalisation(config, name))
-                for name in config.study_settings for lv in config.levels
-                for s in range(config.study_seeds)]
-    return members
-
-
-def member_steps(config: LanguageConfig, member: Member) -> int:
-    return {"table": config.num_steps, "study": config.study_steps}.get(member.group, config.collapse_steps)
-
-
-def populations(config: LanguageConfig) -> dict[tuple[int, int], list[Member]]:
-    """Members grouped by (message length, steps): each group trains as ONE population (one jitted step)."""
-    named = settings(config)
-    out: dict[tuple[int, int], list[Member]] = {}
-    for m in all_members(config):
-        out.setdefault((named[m.setting].length, member_steps(config, m)), []).append(m)
-    return out
 
 
 def message_examples(config: LanguageConfig, pop: dict, dataset: ImageDataset, index: int) -> dict:
@@ -631,17 +281,20 @@ def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progr
 
     Returns:
       ``{"rows", "curves", "populations", "message_examples", "protocol"}`` for
-      :func:`jaxcomm.experiment.main`.
+      :func:`jaxcomm.harness.cli.main`.
     """
     dataset = load_dataset(config)
     named = settings(config)
     pops: dict[str, dict] = {}
-    for (length, steps), members in populations(config).items():
+    for (length, steps), entries in populations(config).items():
         name = f"L{length}_steps{steps}"
-        groups = sorted({m.group for m in members})
-        pops[name] = train_population(config, members, dataset, length=length, num_steps=steps, progress=progress,
-                                      desc=f"{name} ({', '.join(groups)}, {len(members)} members)",
-                                      checkpointer=checkpoints.run(name) if checkpoints else None)
+        groups = sorted({e.group for e in entries})
+        pop = language.train_agents(config, [e.member for e in entries], dataset, length=length, num_steps=steps,
+                                    progress=progress, desc=f"{name} ({', '.join(groups)}, {len(entries)} members)",
+                                    checkpointer=checkpoints.run(name) if checkpoints else None)
+        pop["members"] = [{"group": e.group, "setting": e.setting, **m}
+                          for e, m in zip(entries, pop["members"], strict=True)]
+        pops[name] = pop
     done = [{**m, "population": name} for name, pop in pops.items() for m in pop["members"]]
     steps_of = {name: pop["steps_done"] for name, pop in pops.items()}
 
@@ -694,7 +347,7 @@ def _band(members: list[dict], key: str = "val_accuracy"):
 
 def plot_fig4_3(summary: dict, curves: list[dict], path: pathlib.Path) -> None:
     """Fig. 4.3: B's probe validation accuracy vs steps per level (mean, band = +-1 std over seeds)."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
 
     groups = [g for g in ("table", "ce_sum", "ce_mean") if any(c["group"] == g for c in curves)]
     fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
@@ -751,7 +404,7 @@ def plot_fig4_3(summary: dict, curves: list[dict], path: pathlib.Path) -> None:
 
 def plot_messages(summary: dict, path: pathlib.Path) -> None:
     """Fig. 4.2: the teacher's message for a few digits at high and low temperature (same logits and noise)."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
 
     ex = summary["message_examples"]
     n, temps = len(ex["digits"]), ex["temperatures"]
@@ -785,14 +438,8 @@ def _ci(row: dict) -> str:
 
 def paired_p_value(row: dict) -> float | None:
     """Two-sided p-value of the paired t-test behind a row's 95 % interval (None without one)."""
-    lo, hi = row.get("paired_diff_ci95", [None, None])
-    n = row.get("paired_seeds", 0)
-    if lo is None or not np.isfinite(lo) or n < 2 or hi <= lo:
-        return None
-    from scipy import stats  # noqa: PLC0415
-
-    se = (hi - lo) / 2 / stats.t.ppf(0.975, n - 1)
-    return float(2 * stats.t.sf(abs(row["paired_diff_vs_baseline"]) / se, n - 1))
+    return stats.p_value_from_ci95(row.get("paired_diff_vs_baseline"), row.get("paired_diff_ci95"),
+                                   row.get("paired_seeds", 0))
 
 
 def study_answer(summary: dict, *, gain: float = 2.0) -> str:
@@ -993,17 +640,19 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report(out_dir: pathlib.Path) -> None:
-    """Writes table.md, fig4_3.png and messages.png from summary.json and curves.jsonl in ``out_dir``."""
-    summary, curves = experiment.read_run(out_dir)
-    plot_fig4_3(summary, curves, out_dir / "fig4_3.png")
-    plot_messages(summary, out_dir / "messages.png")
-    experiment.write_table(out_dir, table_markdown(summary))
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md, then (with ``plots``) fig4_3.png and messages.png, from the run in ``out_dir``."""
+    out_dir = pathlib.Path(out_dir)
+    summary, curves = results.read_run(out_dir)
+    report.write_table(out_dir, table_markdown(summary))
+    if plots:
+        report.draw(fig4_3=lambda: plot_fig4_3(summary, curves, out_dir / "fig4_3.png"),
+                    messages=lambda: plot_messages(summary, out_dir / "messages.png"))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws plots and table from a run's files; anything else runs the experiment."""
-    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run,
+    return harness_cli.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run,
                           description=__doc__.split("\n\n")[0], write_report=write_report)
 
 

@@ -5,11 +5,13 @@
     python experiments/outputs_exchange.py report results/outputs_exchange   # redraw table.md and the plots
 
 N strided-CNN nodes (:class:`jaxcomm.models.cnn.StridedCNN`) each hold a disjoint 1/N of the
-training set and run Algorithm 2 on the engine's network step (:func:`jaxcomm.network.train_network`):
-fully connected, consume with probability p_c = 0.5 (§2.3.1.2), broadcast with p_b = p_c / (N - 1)
-so that inboxes stay in equilibrium, inbox of 16 minibatches, Adam defaults. A message is the
-indices of the minibatch a node just trained on plus its payload: true labels, logits (soft labels
-softmax(v / tau) at the receiver, eq. 2.2.1-2.2.2) or top-level features (MSE, eq. 2.2.3). Every
+training set and run Algorithm 2 on the engine's network step (:func:`jaxcomm.network.train_network`),
+trained by the chapter's recipe (:class:`jaxcomm.recipes.Chapter2Recipe`, whose fields this
+experiment's config inherits): fully connected, consume with probability p_c = 0.5 (§2.3.1.2),
+broadcast with p_b = p_c / (N - 1) so that inboxes stay in equilibrium, inbox of 16 minibatches,
+Adam. A message is the indices of the minibatch a node just trained on plus its payload: true
+labels, logits (soft labels softmax(v / tau) at the receiver, eq. 2.2.1-2.2.2) or top-level
+features (MSE, eq. 2.2.3). Every
 ``eval_every`` steps every node predicts the whole test set once; the node average and the
 collective decision under all four weightings of :mod:`jaxcomm.decision` are computed from those
 same predictions.
@@ -19,7 +21,7 @@ Rows (Tables 2.1/2.2): ``1_node_no_sharing``, ``10_nodes_no_sharing``, ``10_node
 step and the first evaluated step at which the target accuracy is reached.
 
 Bandwidth: ``bytes_sent_per_node_step`` is measured, the inbox ``sent`` counter (one copy per
-receiver) times :func:`jaxcomm.inbox.message_bytes` (int32 indices + payload: a uint8 class id
+receiver) times :func:`jaxcomm.exchange.message_bytes` (int32 indices + payload: a uint8 class id
 per sample for true labels, float32 logits or features) over N x steps.
 ``allreduce_bytes_per_node_step`` is what a synchronous ring all-reduce of the same CNN's float32
 gradients moves per node and step: 2 (N - 1) / N x 4 x num_params bytes (each node sends that
@@ -43,17 +45,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
-from jaxcomm import data, decision, experiment, inbox, network, population
+from jaxcomm import bandwidth, data, decision, network, recipes
 from jaxcomm.checkpoint import Checkpoints
-from jaxcomm.models import MLP
-from jaxcomm.models.cnn import NORMS, StridedCNN
-from jaxcomm.validation import integer, one_of, positive, probability, require, widths
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
+from jaxcomm.validation import integer, require, widths
 
 EXPERIMENT = "outputs_exchange"
-DATASETS = ("cifar10", "mnist", "mnist_sample")
 
 # row -> (nodes, content). The row names are the issue's schema.
 ROWS: dict[str, tuple[int, str]] = {
@@ -81,27 +81,14 @@ STUDIES = ("nodes", "neighbours", "frequency", "temperature")
 
 
 @dataclasses.dataclass(frozen=True)
-class OutputsExchangeConfig:
-    """The six rows of Tables 2.1/2.2 and the configuration studies of §2.3.1.
+class OutputsExchangeConfig(recipes.Chapter2Recipe):
+    """The six rows of Tables 2.1/2.2 and the configuration studies of §2.3.1, trained by the chapter's recipe.
+
+    The recipe's fields (:class:`jaxcomm.recipes.Chapter2Recipe`: data, model, optimiser, sharing, steps,
+    backend, seed) are inherited; the fields below are what this experiment runs and evaluates.
 
     Attributes:
-      dataset: "cifar10" (the chapter's data) or an MNIST variant (smoke tests).
-      data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
-      widths: the strided CNN's channels (CIFAR-10) or the MLP's hidden widths (MNIST).
-      hidden: width of the CNN's dense layer before the logits, whose output is the exchanged
-        "features" (0: none, the flattened last convolution is).
-      norm: the CNN's normalisation, one of :data:`jaxcomm.models.cnn.NORMS`.
-      augment: random flips and 4-pixel-padded crops of every training minibatch.
-      batch_size: B, per node and per message.
-      learning_rate: Adam's step size (thesis: Adam defaults).
-      lr_schedule: "constant" (the thesis) or "cosine" (to 0 at each run's last step),
-        :data:`jaxcomm.network.LR_SCHEDULES`.
-      consume_prob: p_c; nodes broadcast with ``broadcast_factor x p_c / (N - 1)``.
-      broadcast_factor: 1 keeps the inboxes in equilibrium (§2.3.1.2).
-      inbox_capacity: K messages per inbox.
-      temperature: tau of the soft labels in the logits row.
-      num_steps: training steps of every row.
-      eval_every: steps between test evaluations (the resolution of steps-to-target).
+      eval_every: steps between test evaluations of the rows (the resolution of steps-to-target).
       target: accuracy (%) of the steps-to-target columns (thesis: 85).
       rows: which rows of :data:`ROWS` to run (may be empty: a run of study points only).
       studies: which of :data:`STUDIES` to run, in this order (the time budget cuts the last ones;
@@ -120,25 +107,8 @@ class OutputsExchangeConfig:
       time_budget_s: wall seconds (from the start of the run) after which no study run starts whose
         estimated time (its node-steps at the speed of the last study run) would overrun; skipped
         runs are listed in the summary. 0: no limit. The rows always run.
-      backend: the node lift's backend ("auto": measured fastest for conv nets and N; "map" runs
-        nodes one after another under ``lax.map``, compiled once whatever N).
-      seed: seeds partitions, initialisations and every draw.
     """
 
-    dataset: str = "cifar10"
-    data_dir: str = ""
-    widths: tuple[int, ...] = (16, 32, 64)
-    hidden: int = 128
-    norm: str = "batch"
-    augment: bool = False
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    lr_schedule: str = "cosine"
-    consume_prob: float = 0.5
-    broadcast_factor: float = 1.0
-    inbox_capacity: int = 16
-    temperature: float = 1.0
-    num_steps: int = 5000
     eval_every: int = 500
     target: float = 65.0
     rows: tuple[str, ...] = tuple(ROWS)
@@ -153,24 +123,12 @@ class OutputsExchangeConfig:
     study_broadcast_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     study_temperatures: tuple[float, ...] = (0.25, 1.0, 4.0)
     time_budget_s: float = 3240.0
-    backend: str = "auto"
-    seed: int = 0
 
     def __post_init__(self):
-        one_of("dataset", self.dataset, DATASETS)
-        require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
-        widths("widths", self.widths)
+        super().__post_init__()
         widths("study_widths", self.study_widths)
-        integer("hidden", self.hidden, low=0)
-        one_of("norm", self.norm, NORMS)
-        require(isinstance(self.augment, bool), "augment", "True or False", self.augment)
-        for name in ("batch_size", "inbox_capacity", "num_steps", "eval_every", "study_steps", "study_eval_every"):
+        for name in ("eval_every", "study_steps", "study_eval_every"):
             integer(name, getattr(self, name), low=1)
-        positive("learning_rate", self.learning_rate)
-        one_of("lr_schedule", self.lr_schedule, network.LR_SCHEDULES)
-        probability("consume_prob", self.consume_prob)
-        positive("broadcast_factor", self.broadcast_factor)
-        positive("temperature", self.temperature)
         require(isinstance(self.target, float | int) and 0 < self.target <= 100, "target",
                 "an accuracy in (0, 100]", self.target)
         require(isinstance(self.rows, tuple) and all(r in ROWS for r in self.rows)
@@ -199,32 +157,19 @@ class OutputsExchangeConfig:
         labels = {label for _, label, _, _ in study_runs(self, select=False)}
         require(isinstance(self.study_points, tuple) and set(self.study_points) <= labels, "study_points",
                 f"labels of points of the chosen studies, from {sorted(labels)}", self.study_points)
-        one_of("backend", self.backend, ("auto", *population.BACKENDS))
-        integer("seed", self.seed)
 
-    def network(self, num_nodes: int, content: str, *, steps: int, eval_every: int, topology: str = "full",
-                num_neighbours: int = 1, consume_prob: float | None = None, broadcast_factor: float | None = None,
-                temperature: float | None = None) -> network.NetworkConfig:
-        """One network of the chapter: fully connected, consume p_c, broadcast factor x p_c / (neighbours)."""
-        p_c = self.consume_prob if consume_prob is None else consume_prob
-        factor = self.broadcast_factor if broadcast_factor is None else broadcast_factor
-        fanout = (num_nodes - 1) if topology == "full" else num_neighbours
-        sharing = content != "none" and num_nodes > 1
-        return network.NetworkConfig(
-            num_nodes=num_nodes, topology=topology, num_neighbours=min(num_neighbours, num_nodes - 1),
-            content=content if sharing else "none", consume_prob=p_c if sharing else 0.0,
-            broadcast_prob=min(1.0, factor * p_c / fanout) if sharing else 0.0,
-            temperature=self.temperature if temperature is None else temperature,
-            inbox_capacity=self.inbox_capacity, batch_size=self.batch_size, learning_rate=self.learning_rate,
-            lr_schedule=self.lr_schedule, augment=self.augment and self.dataset == "cifar10", num_steps=steps,
-            eval_every=eval_every,
-            backend=self.backend, seed=self.seed)
+
+def with_recipe(recipe: recipes.Chapter2Recipe, **fields) -> OutputsExchangeConfig:
+    """This experiment's config training by ``recipe`` (its :class:`jaxcomm.recipes.Chapter2Recipe` fields),
+    with ``fields`` of its own."""
+    recipe_fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipes.Chapter2Recipe)}
+    return OutputsExchangeConfig(**recipe_fields, **fields)
 
 
 def cpu_config() -> OutputsExchangeConfig:
-    """Under 60 minutes on 2 CPU cores: the rows in about 30, studies until the 54-minute budget (46 minutes
-    in all, measured alone; see :data:`CPU_SCALE_DOWNS`)."""
-    return OutputsExchangeConfig()
+    """Under 60 minutes on 2 CPU cores: the cpu recipe's rows in about 30, studies until the 54-minute budget
+    (46 minutes in all, measured alone; see :data:`CPU_SCALE_DOWNS`)."""
+    return with_recipe(recipes.cpu())
 
 
 CPU_SCALE_DOWNS = (
@@ -246,12 +191,10 @@ CPU_SCALE_DOWNS = (
 
 
 def thesis_config() -> OutputsExchangeConfig:
-    """The thesis' settings for an accelerator: 64-128-256 channels, Adam defaults (1e-3, constant), no
-    augmentation, 5,000 steps, target 85%, studies at 5,000 steps."""
-    return OutputsExchangeConfig(widths=(64, 128, 256), hidden=256, augment=False, learning_rate=1e-3,
-                                 lr_schedule="constant", num_steps=5000, eval_every=100, target=85.0,
-                                 study_widths=(64, 128, 256), study_steps=5000, study_eval_every=250,
-                                 study_neighbours=(1, 2, 5, 9), time_budget_s=0.0)
+    """The thesis recipe for an accelerator (64-128-256 channels, Adam defaults: 1e-3, constant, no
+    augmentation, 5,000 steps), target 85%, studies at 5,000 steps."""
+    return with_recipe(recipes.thesis(), eval_every=100, target=85.0, study_widths=(64, 128, 256),
+                       study_steps=5000, study_eval_every=250, study_neighbours=(1, 2, 5, 9), time_budget_s=0.0)
 
 
 def smoke_config() -> OutputsExchangeConfig:
@@ -259,10 +202,9 @@ def smoke_config() -> OutputsExchangeConfig:
 
     The study points are the rows' networks (shared, trained once) but for the ring p = 1.
     """
-    return OutputsExchangeConfig(dataset="mnist_sample", widths=(16,), study_widths=(16,), num_steps=20,
-                                 eval_every=10, target=50.0, study_steps=20, study_eval_every=10,
-                                 study_node_counts=(1, 10), study_neighbours=(1, 9), study_consume=(0.5,),
-                                 study_broadcast_factors=(1.0,), study_temperatures=(1.0,))
+    return with_recipe(recipes.smoke(), study_widths=(16,), eval_every=10, target=50.0, study_steps=20,
+                       study_eval_every=10, study_node_counts=(1, 10), study_neighbours=(1, 9), study_consume=(0.5,),
+                       study_broadcast_factors=(1.0,), study_temperatures=(1.0,))
 
 
 PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
@@ -271,74 +213,14 @@ PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 # --------------------------------------------------------------------------- measurements
 
 
-def load(config: OutputsExchangeConfig) -> data.ImageDataset:
-    return data.load_dataset(config.dataset, config.data_dir or None)
-
-
-def model_for(config: OutputsExchangeConfig, num_classes: int, channels: tuple[int, ...] | None = None):
-    channels = config.widths if channels is None else channels
-    if config.dataset == "cifar10":
-        return StridedCNN(widths=channels, num_classes=num_classes, hidden=config.hidden or None, norm=config.norm)
-    return MLP(hidden=channels, num_classes=num_classes)
-
-
-def model_sizes(model, image_shape: tuple[int, ...]) -> tuple[int, int]:
-    """``(trainable parameters, feature width)`` of ``model``, from shapes only."""
-    dummy = jax.ShapeDtypeStruct((1, *image_shape), np.float32)
-    variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), dummy)
-    params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(variables["params"]))
-    features = jax.eval_shape(lambda v, x: model.apply(v, x)[1], variables, dummy).shape[-1]
-    return params, int(features)
-
-
-def allreduce_bytes(num_nodes: int, num_params: int) -> float:
-    """Bytes each node sends per step in a synchronous ring all-reduce of float32 gradients: 2 (N-1)/N x 4 x P."""
-    return 2.0 * (num_nodes - 1) / num_nodes * 4 * num_params
-
-
-def bytes_per_node_step(sent_copies: int, *, batch_size: int, payload_dim: int, content: str, num_nodes: int,
-                        steps: int) -> float:
-    """Measured message bytes per node and step: copies sent x :func:`jaxcomm.inbox.message_bytes` / (N x steps)."""
-    if content == "none" or steps == 0:
-        return 0.0
-    return sent_copies * inbox.message_bytes(batch_size, payload_dim, content) / (num_nodes * steps)
-
-
-def steps_to(history: list[dict], target: float, key) -> int | None:
-    """First evaluated step whose accuracy ``key(record)`` is >= ``target``, or None."""
-    for record in history:
-        if key(record) >= target:
-            return int(record["step"])
-    return None
-
-
-def train(config: OutputsExchangeConfig, net: network.NetworkConfig, model, dataset, *, name: str,
-          checkpoints: Checkpoints | None, progress: bool) -> dict:
-    """One network trained and summarised: final accuracies, curves, counters, bytes."""
+def train(net: network.NetworkConfig, model, dataset, *, name: str, checkpoints: Checkpoints | None,
+          progress: bool) -> dict:
+    """One network trained (:func:`jaxcomm.network.train_network`) and summarised
+    (:func:`jaxcomm.recipes.summarize`); its curve per evaluation."""
     out = network.train_network(net, model, dataset, progress=progress, desc=name,
                                 checkpointer=checkpoints.run(name) if checkpoints else None)
-    history, final = out["history"], out["final"]
-    params, features = model_sizes(model, dataset.train.images.shape[1:])
-    payload_dim = features if net.content == "features" else dataset.num_classes
-    sent = final["counters"]["sent"]
-    summary = {
-        "nodes": net.num_nodes, "content": net.content, "topology": net.topology,
-        "num_neighbours": net.num_neighbours if net.topology != "full" else net.num_nodes - 1,
-        "consume_prob": net.consume_prob, "broadcast_prob": net.broadcast_prob, "temperature": net.temperature,
-        "avg_accuracy": final["avg_accuracy"],
-        "collective_accuracy": final["collective_accuracy"]["negentropy"],
-        "collective_accuracy_by_weighting": dict(final["collective_accuracy"]),
-        "node_accuracy_min_max": [min(final["node_accuracies"]), max(final["node_accuracies"])],
-        "steps": out["steps_done"],
-        "bytes_sent_per_node_step": bytes_per_node_step(sent, batch_size=net.batch_size, payload_dim=payload_dim,
-                                                        content=net.content, num_nodes=net.num_nodes,
-                                                        steps=out["steps_done"]),
-        "message_bytes": inbox.message_bytes(net.batch_size, payload_dim, net.content),
-        "allreduce_bytes_per_node_step": allreduce_bytes(net.num_nodes, params),
-        "num_params": params, "counters": final["counters"],
-        "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
-        "final_loss": final["loss"], "seconds": round(out["train_seconds"], 1),
-    }
+    history = out["history"]
+    summary = recipes.summarize(out, num_params=bandwidth.model_num_params(model, dataset.train.images.shape[1:]))
     curve = {"run": name, "nodes": net.num_nodes, "content": net.content,
              "steps": [h["step"] for h in history],
              "avg_accuracy": [round(h["avg_accuracy"], 3) for h in history],
@@ -380,24 +262,25 @@ def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tu
 def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
     """Trains the rows, then the studies; returns ``rows``, ``studies`` and ``curves``."""
     start = time.perf_counter()
-    dataset = load(config)
+    dataset = config.load()
     rows: dict[str, dict] = {}
     curves: list[dict] = []
     done: dict[tuple, dict] = {}  # (network, channels) -> trained run, shared by rows and studies
     for name in config.rows:
         n, content = ROWS[name]
         net = config.network(n, content, steps=config.num_steps, eval_every=config.eval_every)
-        out = train(config, net, model_for(config, dataset.num_classes), dataset, name=name,
-                    checkpoints=checkpoints, progress=progress)
+        out = train(net, config.model(dataset.num_classes), dataset, name=name, checkpoints=checkpoints,
+                    progress=progress)
         done[(net, config.widths)] = out
         rows[name] = {**out["summary"], "target": config.target,
-                      "steps_to_target_avg": steps_to(out["history"], config.target, lambda h: h["avg_accuracy"]),
-                      "steps_to_target_collective": steps_to(out["history"], config.target,
-                                                             lambda h: h["collective_accuracy"]["negentropy"])}
+                      "steps_to_target_avg": recipes.steps_to_target(out["history"], config.target,
+                                                                     lambda h: h["avg_accuracy"]),
+                      "steps_to_target_collective": recipes.steps_to_target(
+                          out["history"], config.target, lambda h: h["collective_accuracy"]["negentropy"])}
         curves.append({"kind": "row", **out["curve"]})
     studies: list[dict] = []
     skipped: list[str] = []
-    study_model = model_for(config, dataset.num_classes, config.study_widths)
+    study_model = config.model(dataset.num_classes, widths=config.study_widths)
     seconds_per_node_step, last_nodes = 0.0, 1
     for study, label, x, kwargs in study_runs(config):
         kwargs = dict(kwargs)
@@ -412,8 +295,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
                 print(f"skipped {study} {label}: estimated {estimate:.0f} s, over the time budget", flush=True)
                 continue
             name = f"study_{len(done) - len(rows)}_n{net.num_nodes}_{net.content}"
-            done[key] = train(config, net, study_model, dataset, name=name, checkpoints=checkpoints,
-                              progress=progress)
+            done[key] = train(net, study_model, dataset, name=name, checkpoints=checkpoints, progress=progress)
             curves.append({"kind": "study", **done[key]["curve"]})
             seconds_per_node_step = done[key]["summary"]["seconds"] / (net.num_nodes * net.num_steps)
             last_nodes = net.num_nodes
@@ -429,7 +311,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
 
 def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
     """Accuracy vs steps per row: node average (dashed) and collective decision (negentropy, solid)."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
     rows = [c for c in curves if c["kind"] == "row"]
     cols = 3
     grid = (len(rows) + cols) // cols
@@ -460,7 +342,7 @@ def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
 
 def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
     """Final node average and collective accuracy against each study's parameter."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
     names = [s for s in STUDIES if any(r["study"] == s for r in studies)]
     if not names:
         return
@@ -492,7 +374,7 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-_num = experiment.cell
+_num = report.cell
 
 
 def _steps(value, horizon: int) -> str:
@@ -508,7 +390,7 @@ def table_markdown(summary: dict) -> str:
         f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; "
         f"commit `{summary['git_commit']}`.  ",
         f"Redraw: `python experiments/outputs_exchange.py report {summary.get('out_dir', 'results/outputs_exchange')}`",
-        "", f"Data: {summary.get('dataset')}{note}. Model: {recipe(config)}; fully connected, consume "
+        "", f"Data: {summary.get('dataset')}{note}. Model: {recipes.describe(config)}; fully connected, consume "
         f"{config['consume_prob']}, "
         f"broadcast {config['broadcast_factor']} x p_c/(N-1), inbox {config['inbox_capacity']}, logits at tau "
         f"{config['temperature']}; {config['num_steps']:,} steps, evaluated every {config['eval_every']} steps on the "
@@ -579,17 +461,6 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def recipe(config: dict) -> str:
-    """The model and optimiser a run's config trains with, in words."""
-    if config["dataset"] == "cifar10":
-        model = (f"strided CNN, channels {tuple(config['widths'])}, dense {config['hidden']}, norm {config['norm']}, "
-                 f"augmentation {config['augment']}")
-    else:
-        model = f"MLP, hidden {tuple(config['widths'])}"
-    return (f"{model}; batch {config['batch_size']}, Adam {config['learning_rate']} "
-            f"({config.get('lr_schedule', 'constant')})")
-
-
 def other_recipes_markdown(summary: dict) -> list[str]:
     """The rows of runs in subfolders that train otherwise (:data:`SELECTION`), beside this run's."""
     others = [o for o in summary.get("other_runs", []) if o["rows"]]
@@ -601,10 +472,10 @@ def other_recipes_markdown(summary: dict) -> list[str]:
     for name, other in zip(names, others, strict=True):
         c = other["config"]
         changed = ", ".join(f"{k}={v}" for k, v in
-                            experiment.changed_settings(config, c, selection=SELECTION).items())
-        lines.append(f"- `{name}/`: {recipe(c)}; {c['num_steps']:,} steps (differs in {changed}); "
+                            results.changed_settings(config, c, selection=SELECTION).items())
+        lines.append(f"- `{name}/`: {recipes.describe(c)}; {c['num_steps']:,} steps (differs in {changed}); "
                      f"`{other['command']}` ({other['wall_seconds']:.0f} s); its own table: `{name}/table.md`")
-    seeds = [o for o in others if experiment.same_settings(config, o["config"], selection=(*SELECTION, "seed"))]
+    seeds = [o for o in others if results.same_settings(config, o["config"], selection=(*SELECTION, "seed"))]
     lines += ["", "| row | thesis | this run | " + " | ".join(f"`{n}/`" for n in names)
               + (f" | mean over the {len(seeds) + 1} seeds" if seeds else "") + " |",
               "|---|---|---|" + "---|" * (len(names) + bool(seeds))]
@@ -632,10 +503,10 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped list.
     Subfolder runs that train otherwise (a field outside :data:`SELECTION` differs) are not merged but
     listed as ``other_runs``, whose rows the table sets beside this run's."""
-    summary, curves = experiment.read_run(out_dir)
+    summary, curves = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"] = [], []
-    for extra, _ in experiment.read_runs_below(out_dir):
-        if not experiment.same_settings(summary["config"], extra["config"], selection=SELECTION):
+    for extra, _ in results.read_runs_below(out_dir):
+        if not results.same_settings(summary["config"], extra["config"], selection=SELECTION):
             summary["other_runs"].append(extra)
             continue
         points = [(s["study"], s["label"]) for s in extra["studies"]]
@@ -652,17 +523,21 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     return summary, curves
 
 
-def write_report(out_dir: pathlib.Path) -> None:
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md, then (with ``plots``) rows.png and studies.png, from the run in ``out_dir`` and below."""
+    out_dir = pathlib.Path(out_dir)
     summary, curves = merge_runs(out_dir)
-    if summary["rows"]:  # a run of study points only has no rows to draw
-        plot_rows(curves, out_dir / "rows.png")
-    plot_studies(summary.get("studies") or [], out_dir / "studies.png")
-    experiment.write_table(out_dir, table_markdown(summary))
+    report.write_table(out_dir, table_markdown(summary))
+    if plots:
+        drawn = {"studies": lambda: plot_studies(summary.get("studies") or [], out_dir / "studies.png")}
+        if summary["rows"]:  # a run of study points only has no rows to draw
+            drawn["rows"] = lambda: plot_rows(curves, out_dir / "rows.png")
+        report.draw(**drawn)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws table.md and the plots; anything else runs the experiment."""
-    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
+    return harness_cli.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
                           write_report=write_report)
 
 

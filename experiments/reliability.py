@@ -16,7 +16,7 @@ resistance" (§2.1) but never tests it. This experiment
    collective decision asks only the reachable nodes (rows ``failure_0``,
    ``failure_10``, ``failure_30``).
 
-    python experiments/reliability.py --preset cpu        # writes results/reliability/
+    python experiments/reliability.py --preset cpu        # writes runs/reliability/cpu-<time>/
     python experiments/reliability.py report results/reliability   # redraws table.md and the plot
 """
 
@@ -34,11 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import data, experiment, network
+from jaxcomm import data, inbox, network
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
+from jaxcomm.driver import Interrupted
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import StridedCNN
-from jaxcomm.runner import Interrupted
 from jaxcomm.validation import integer, one_of, probability, require, widths
 
 DATASETS = ("cifar10", "mnist", "mnist_sample")
@@ -103,7 +105,7 @@ class ReliabilityConfig:
     def network(self, num_nodes: int, fraction: float, seed: int) -> network.NetworkConfig:
         return network.NetworkConfig(
             num_nodes=num_nodes, topology="full", content="true_labels", consume_prob=self.consume_prob,
-            broadcast_prob=self.consume_prob / (num_nodes - 1), inbox_capacity=16,
+            broadcast_prob=inbox.equilibrium_broadcast_prob(self.consume_prob, num_nodes - 1), inbox_capacity=16,
             failure_prob=self.failure_prob(fraction), failure_steps=float(self.failure_steps),
             inbox_on_failure=self.inbox_on_failure, num_steps=self.num_steps, eval_every=self.eval_every, seed=seed)
 
@@ -138,8 +140,8 @@ def _comparable(history: list[dict]) -> list[dict]:
 def resume_check(num_steps: int, *, seed: int = 0, directory: str | os.PathLike | None = None) -> dict:
     """Trains a small network straight through, then again killed by SIGTERM mid-run and resumed.
 
-    The kill is a real signal to this process, sent once the second evaluation
-    is under way; the runner turns it into a checkpoint and :class:`Interrupted`.
+    The kill is a real signal to this process, sent during the second evaluation;
+    the driver keeps that chunk, saves a checkpoint and raises :class:`Interrupted`.
 
     Returns:
       ``{"value": histories and final states identical, "interrupted_at": steps,
@@ -153,23 +155,20 @@ def resume_check(num_steps: int, *, seed: int = 0, directory: str | os.PathLike 
                                    eval_every=max(num_steps // 6, 1), seed=seed)
     straight = network.train_network(config, model, dataset, progress=False)
     folder = pathlib.Path(directory or tempfile.mkdtemp(prefix="jaxcomm-resume-"))
-    evaluate, calls = network.evaluate, []
+    evaluate, calls = network.accuracy_evaluator(dataset.test), []
 
-    def evaluate_then_kill(*args, **kwargs):
+    def evaluate_then_kill(*args):
         calls.append(1)
         if len(calls) == 2:
             os.kill(os.getpid(), signal.SIGTERM)
-        return evaluate(*args, **kwargs)
+        return evaluate(*args)
 
-    network.evaluate = evaluate_then_kill
     try:
-        network.train_network(config, model, dataset, progress=False,
+        network.train_network(config, model, dataset, progress=False, evaluator=evaluate_then_kill,
                               checkpointer=Checkpointer(folder, every=config.eval_every))
         raise AssertionError("the SIGTERM did not interrupt the run")
     except Interrupted as error:
         interrupted_at = error.steps_done
-    finally:
-        network.evaluate = evaluate
     resumed = network.train_network(config, model, dataset, progress=False,
                                     checkpointer=Checkpointer(folder, every=config.eval_every, resume=True))
     if directory is None:
@@ -190,15 +189,11 @@ def bad_config_cases() -> list[tuple[str, str, Callable[[], Any]]]:
     One rule per line: ``tests/test_validation.py`` runs each as its own test, and
     :func:`run` counts them.
     """
-    try:
-        from experiments.language import LanguageConfig  # noqa: PLC0415
-        from experiments.teacher_selection import TeacherSelectionConfig  # noqa: PLC0415
-    except ModuleNotFoundError:  # run as a script: experiments/ itself is on the path
-        from language import LanguageConfig  # noqa: PLC0415
-        from teacher_selection import TeacherSelectionConfig  # noqa: PLC0415
+    from jaxcomm import language  # noqa: PLC0415  (the ch. 4 engine's own config and member checks)
+    from jaxcomm import teacher as ch3  # noqa: PLC0415  (the ch. 3 engine's own config and student checks)
 
     net = network.NetworkConfig
-    teacher = TeacherSelectionConfig
+    teacher = ch3.SelectionConfig
     cases = [
         ("nodes < 1", "num_nodes", lambda: net(num_nodes=0)),
         ("nodes not an integer", "num_nodes", lambda: net(num_nodes=2.5)),
@@ -227,18 +222,19 @@ def bad_config_cases() -> list[tuple[str, str, Callable[[], Any]]]:
         ("steps < 0", "num_steps", lambda: net(num_steps=-1)),
         ("evaluation period < 1", "eval_every", lambda: net(eval_every=0)),
         ("seed not an integer", "seed", lambda: net(seed="zero")),
-        ("unknown dataset (teacher)", "dataset", lambda: teacher(dataset="fashion")),
+        ("teacher patience < 1", "teacher_patience", lambda: teacher(teacher_patience=0)),
         ("teacher dropout >= 1", "teacher_dropout", lambda: teacher(teacher_dropout=1.0)),
         ("student widths empty", "student_hidden", lambda: teacher(student_hidden=())),
-        ("stack rows without the baseline", "rows", lambda: teacher(rows=("stack2_ce_soft",))),
-        ("stack size < 1", "study_stack_sizes", lambda: teacher(study_stack_sizes=(0,))),
-        ("n * m larger than the training set", "study_stack_sizes",
-         lambda: teacher(dataset="mnist_sample", study_stack_sizes=(1000,))),
-        ("unknown dataset (language)", "dataset", lambda: LanguageConfig(dataset="cifar10")),
-        ("temperature floor <= 0 (language)", "tau_floor", lambda: LanguageConfig(tau_floor=0.0)),
-        ("temperature decay > 1 (language)", "tau_decay", lambda: LanguageConfig(tau_decay=1.5)),
-        ("inversion noise > 1 (language)", "noise", lambda: LanguageConfig(noise=1.2)),
-        ("unknown critic (language)", "critic", lambda: LanguageConfig(critic="mine")),
+        ("unknown stack padding", "padding", lambda: teacher(padding="none")),
+        ("stack size < 1", "stack_size", lambda: ch3.check_students(teacher(), [ch3.Student("x", 0, 0)])),
+        ("n * m larger than the training set", "stack_size",
+         lambda: ch3.check_students(teacher(), [ch3.Student("x", 0, 1000)], train_size=4000)),
+        ("batch size < 1 (language)", "batch_size", lambda: language.AgentsConfig(batch_size=0)),
+        ("temperature floor <= 0 (language)", "tau_floor", lambda: language.AgentsConfig(tau_floor=0.0)),
+        ("temperature decay > 1 (language)", "tau_decay", lambda: language.AgentsConfig(tau_decay=1.5)),
+        ("inversion noise > 1 (language)", "noise",
+         lambda: language.check_members([language.Member("baseline", seed=0, noise=1.2)])),
+        ("unknown critic (language)", "critic", lambda: language.AgentsConfig(critic="mine")),
         ("unknown dataset (reliability)", "dataset", lambda: ReliabilityConfig(dataset="svhn")),
         ("failure fraction >= 1", "failure_fractions", lambda: ReliabilityConfig(failure_fractions=(1.0,))),
     ]
@@ -327,7 +323,7 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
 
 
 def plot(curves: list[dict], path: pathlib.Path) -> None:
-    plt = experiment.pyplot()
+    plt = report.pyplot()
 
     nodes = sorted({c["nodes"] for c in curves})
     fig, axes = plt.subplots(1, len(nodes), figsize=(6 * len(nodes), 4.2), squeeze=False, sharey=True)
@@ -390,15 +386,18 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report(out_dir: pathlib.Path) -> None:
-    summary, curves = experiment.read_run(out_dir)
-    plot(curves, out_dir / "failures.png")
-    experiment.write_table(out_dir, table_markdown(summary))
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md, then (with ``plots``) failures.png, from the run in ``out_dir``."""
+    out_dir = pathlib.Path(out_dir)
+    summary, curves = results.read_run(out_dir)
+    report.write_table(out_dir, table_markdown(summary))
+    if plots:
+        report.draw(failures=lambda: plot(curves, out_dir / "failures.png"))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws table.md and the plot; anything else runs the experiment."""
-    return experiment.cli(argv, experiment="reliability", presets=PRESETS, run=run, description=__doc__,
+    return harness_cli.cli(argv, experiment="reliability", presets=PRESETS, run=run, description=__doc__,
                           write_report=write_report)
 
 

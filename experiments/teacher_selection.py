@@ -7,14 +7,13 @@
 A teacher MLP 784-1200-1200-10 with dropout is trained once (early stopping on validation
 accuracy) and cached on disk; its class probabilities on the whole training split are computed
 once, since it never changes. Students MLP 784-32-32-10 (Adam defaults, batch m = 32) then
-train as ONE population: every configuration of Table 3.1 and every seed in one jitted step,
-with per-student hyperparameters as arrays (stack size n padded to the largest n with a
-validity mask, distance code, target type, warm-up length). Each update a student forwards n
-random minibatches (n*m samples), the teacher keeps the m hardest (:mod:`jaxcomm.teacher`)
-and the student takes one Adam step on them with the teacher's soft labels (temperature 1)
-or the true labels as targets. The stack-size study (n in 10..100, with and without a
-warm-up of plain updates before selection starts) runs one population per n, so the padding
-of n = 100 never slows the small stacks.
+train as ONE population: every configuration of Table 3.1 and every seed in one jitted step.
+Each update a student forwards n random minibatches (n*m samples), the teacher keeps the m
+hardest and the student takes one Adam step on them with the teacher's soft labels
+(temperature 1) or the true labels as targets. The stack-size study (n in 10..100, with and
+without a warm-up of plain updates before selection starts) runs one population per n, so the
+padding of n = 100 never slows the small stacks. The engine (teacher, students, counting) is
+:mod:`jaxcomm.teacher`; this file holds the presets, :func:`run` and the report.
 
 References:
   Lacaille (2018), §3.2-3.3, Table 3.1, Figure 3.1.
@@ -23,30 +22,24 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import pathlib
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import flax.serialization
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
-from jaxcomm import experiment, population, runner, teacher
-from jaxcomm.checkpoint import Checkpointer, Checkpoints
-from jaxcomm.data import ImageDataset, ImageSplit, load_mnist, load_mnist_sample, padded_batches
-from jaxcomm.models import MLP, to_unit_float
-from jaxcomm.validation import is_int, is_real, require
+from jaxcomm import data, teacher
+from jaxcomm.checkpoint import Checkpoints
+from jaxcomm.data import ImageDataset
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
+from jaxcomm.teacher import Student
+from jaxcomm.validation import is_int, require
 
 EXPERIMENT = "teacher_selection"
 DATASETS = ("mnist", "mnist_sample")
 TRAIN_SIZES = {"mnist": 50_000, "mnist_sample": 4_000}  # training images after the validation split
-PADDINGS = ("by_stack", "all")
 THRESHOLDS = (96.5, 96.8)  # validation accuracy (%) of the headline "updates to X" metrics
 COLLAPSE_ACCURACY = 90.0  # a seed whose best validation accuracy stays below this has collapsed
 
@@ -79,28 +72,15 @@ THESIS_TABLE = {
 
 
 @dataclasses.dataclass(frozen=True)
-class TeacherSelectionConfig:
-    """Teacher, students and schedule of the chapter-3 study; validated on construction.
+class TeacherSelectionConfig(teacher.SelectionConfig):
+    """The engine's :class:`jaxcomm.teacher.SelectionConfig` plus the study's data, rows, seeds and budgets.
 
-    Attributes:
+    Attributes (beside the engine's):
       dataset: "mnist" (50k/10k/10k, §3.2.2.1) or "mnist_sample" (the shipped real sample, for smoke runs).
       data_dir: folder holding MNIST; "" reads ``$JAXCOMM_DATA_DIR``.
-      teacher_hidden: hidden widths of the teacher (thesis: 1200, 1200).
-      teacher_dropout: drop probability after each teacher hidden layer (thesis: unstated).
-      teacher_batch_size: teacher minibatch (thesis: unstated).
-      teacher_max_epochs: cap on teacher epochs.
-      teacher_patience: teacher epochs without validation improvement before it stops.
-      teacher_seed: seeds the teacher's init, dropout and minibatches (part of the cache key).
-      cache_dir: where the trained teacher is cached; "" disables the cache.
-      student_hidden: hidden widths of the student (thesis: 32, 32).
-      batch_size: m, the student's minibatch and the teacher's answer size.
-      learning_rate: Adam step size of both (thesis: Adam defaults, 1e-3).
       rows: the Table-3.1 rows to train (keys of :data:`TABLE_ROWS`); "baseline" is required.
       seeds: seeds per table row.
       max_updates: update budget of every table student.
-      patience_epochs: a student stops after this many epochs (of ``train_size // m``
-        updates) without validation improvement (thesis: 20).
-      eval_every: updates between validation evaluations (one jitted chunk).
       study_stack_sizes: stack sizes n of the study beyond the table's 1, 2 and 5 (empty: no study).
       study_seeds: seeds per study row.
       study_max_updates: update budget of study students.
@@ -108,76 +88,40 @@ class TeacherSelectionConfig:
         the remedy the study measures against collapse.
       timing_updates: updates of the solo timing run per stack size (wall seconds per update);
         0 skips it (wall-clock metrics are then null).
-      padding: "by_stack" pads each group of equal-n students only to its own n (same step, no
-        wasted forward passes); "all" pads every stack to the population's largest n.
-      backend: how per-student code is lifted (:data:`jaxcomm.population.BACKENDS`).
-      map_batch_size: students vmapped together per ``lax.map`` iteration (backend "map").
-      seed: base seed; student seed s uses ``fold_in(PRNGKey(seed), s)`` in every row, so rows
-        share initialisations and are compared seed by seed.
     """
 
     dataset: str = "mnist"
     data_dir: str = ""
-    teacher_hidden: tuple[int, ...] = (1200, 1200)
-    teacher_dropout: float = 0.5
-    teacher_batch_size: int = 128
-    teacher_max_epochs: int = 20
-    teacher_patience: int = 5
-    teacher_seed: int = 0
-    cache_dir: str = "~/.cache/jaxcomm"
-    student_hidden: tuple[int, ...] = (32, 32)
-    batch_size: int = 32
-    learning_rate: float = 1e-3
     rows: tuple[str, ...] = tuple(TABLE_ROWS)
     seeds: int = 10
     max_updates: int = 30_000
-    patience_epochs: int = 20
-    eval_every: int = 250
     study_stack_sizes: tuple[int, ...] = (10, 20, 50, 100)
     study_seeds: int = 5
     study_max_updates: int = 10_000
     warmup_updates: int = 1000
     timing_updates: int = 300
-    padding: str = "by_stack"
-    backend: str = "map"
-    map_batch_size: int = 8
-    seed: int = 0
 
     def __post_init__(self):
+        super().__post_init__()
         require(self.dataset in DATASETS, "dataset", f"one of {DATASETS}", self.dataset)
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
-        for name in ("teacher_hidden", "student_hidden"):
-            value = getattr(self, name)
-            require(isinstance(value, tuple) and len(value) >= 1 and all(is_int(w) and w >= 1 for w in value),
-                     name, "a non-empty tuple of integers >= 1", value)
-        require(is_real(self.teacher_dropout) and 0.0 <= self.teacher_dropout < 1.0, "teacher_dropout",
-                 "a probability in [0, 1)", self.teacher_dropout)
-        for name in ("teacher_batch_size", "teacher_max_epochs", "teacher_patience", "batch_size", "seeds",
-                     "max_updates", "patience_epochs", "eval_every", "study_seeds", "study_max_updates",
-                     "map_batch_size"):
+        for name in ("seeds", "max_updates", "study_seeds", "study_max_updates"):
             value = getattr(self, name)
             require(is_int(value) and value >= 1, name, "an integer >= 1", value)
-        require(is_int(self.teacher_seed), "teacher_seed", "an integer", self.teacher_seed)
-        require(isinstance(self.cache_dir, str), "cache_dir", "a string (\"\" disables the cache)", self.cache_dir)
-        require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
-                 self.learning_rate)
         require(isinstance(self.rows, tuple) and all(r in TABLE_ROWS for r in self.rows) and "baseline" in self.rows
-                 and len(set(self.rows)) == len(self.rows), "rows",
-                 f"distinct names from {tuple(TABLE_ROWS)} including 'baseline'", self.rows)
+                and len(set(self.rows)) == len(self.rows), "rows",
+                f"distinct names from {tuple(TABLE_ROWS)} including 'baseline'", self.rows)
         require(isinstance(self.study_stack_sizes, tuple) and all(is_int(n) and n >= 1
-                                                                   for n in self.study_stack_sizes),
-                 "study_stack_sizes", "a tuple of integers >= 1", self.study_stack_sizes)
+                                                                  for n in self.study_stack_sizes),
+                "study_stack_sizes", "a tuple of integers >= 1", self.study_stack_sizes)
         require(is_int(self.timing_updates) and self.timing_updates >= 0, "timing_updates",
-                 "an integer >= 0 (0 skips the timing)", self.timing_updates)
+                "an integer >= 0 (0 skips the timing)", self.timing_updates)
         require(is_int(self.warmup_updates) and self.warmup_updates >= 0, "warmup_updates", "an integer >= 0",
-                 self.warmup_updates)
-        require(self.padding in PADDINGS, "padding", f"one of {PADDINGS}", self.padding)
+                self.warmup_updates)
         largest = max((*self.study_stack_sizes, *(TABLE_ROWS[r][0] for r in self.rows)), default=1)
         require(largest * self.batch_size <= TRAIN_SIZES[self.dataset], "study_stack_sizes",
                 f"stacks whose n * batch_size fits the {TRAIN_SIZES[self.dataset]:,} training images of "
                 f"{self.dataset} (largest n here: {largest})", self.study_stack_sizes)
-        population.check_backend(self.backend)
-        require(is_int(self.seed), "seed", "an integer", self.seed)
 
 
 def cpu_config() -> TeacherSelectionConfig:
@@ -205,382 +149,22 @@ def smoke_config() -> TeacherSelectionConfig:
 PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 
 
-# --------------------------------------------------------------------------- data
+# --------------------------------------------------------------------------- run
 
 
 def load_dataset(config: TeacherSelectionConfig) -> ImageDataset:
     """Real MNIST (50k/10k/10k) or the shipped real sample; never synthetic data."""
-    if config.dataset == "mnist_sample":
-        return load_mnist_sample()
-    return load_mnist(config.data_dir or None)
+    return data.load_dataset(config.dataset, config.data_dir or None)
 
 
-def _accuracy_counts(logits: jax.Array, labels: jax.Array, weight: jax.Array) -> jax.Array:
-    return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
+def table_students(config: TeacherSelectionConfig) -> list[Student]:
+    return [Student(row, seed, *TABLE_ROWS[row], 0) for row in config.rows for seed in range(config.seeds)]
 
 
-# --------------------------------------------------------------------------- teacher
-
-
-def _teacher_key(config: TeacherSelectionConfig, dataset: ImageDataset) -> str:
-    """Cache key: everything that changes the trained teacher."""
-    fields = {"dataset": dataset.name, "train": len(dataset.train.labels), "hidden": list(config.teacher_hidden),
-              "dropout": config.teacher_dropout, "batch": config.teacher_batch_size,
-              "epochs": config.teacher_max_epochs, "patience": config.teacher_patience, "seed": config.teacher_seed,
-              "lr": config.learning_rate}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def train_teacher(config: TeacherSelectionConfig, dataset: ImageDataset, *, progress: bool = True
-                  ) -> tuple[Any, dict]:
-    """Trains (or loads from the cache) the teacher, early-stopped on validation accuracy.
-
-    Returns:
-      ``(params, info)``: the best-validation parameters and a dict with ``val_accuracy``,
-      ``test_accuracy`` (%), ``epochs``, ``best_epoch``, ``seconds`` and ``cached``.
-    """
-    model = MLP(hidden=config.teacher_hidden, num_classes=dataset.num_classes, dropout=config.teacher_dropout)
-    optimizer = optax.adam(config.learning_rate)
-    dummy = jnp.zeros((1, *dataset.train.images.shape[1:]), jnp.float32)
-    template = model.init(jax.random.PRNGKey(0), dummy)["params"]
-    cache = None
-    if config.cache_dir:
-        cache = pathlib.Path(config.cache_dir).expanduser() / f"teacher-{_teacher_key(config, dataset)}"
-        if cache.with_suffix(".msgpack").is_file() and cache.with_suffix(".json").is_file():
-            params = flax.serialization.from_bytes(template, cache.with_suffix(".msgpack").read_bytes())
-            return params, {**json.loads(cache.with_suffix(".json").read_text()), "cached": True}
-
-    def loss_fn(params, model_state, images, labels, key):
-        logits, _ = model.apply({"params": params}, to_unit_float(images), train=True, rngs={"dropout": key})
-        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), (model_state, None)
-
-    train_step = population.make_train_step(loss_fn, optimizer)
-
-    def step(carry, data):
-        state, key = carry
-        key, k_batch, k_drop = jax.random.split(key, 3)
-        # Minibatches drawn uniformly with replacement (as the students' are).
-        idx = jax.random.randint(k_batch, (config.teacher_batch_size,), 0, data[1].shape[0])
-        state, (loss, _) = train_step(state, data[0][idx], data[1][idx], k_drop)
-        return (state, key), loss
-
-    predict = jax.jit(lambda params, images, labels, weight: _accuracy_counts(
-        model.apply({"params": params}, to_unit_float(images))[0], labels, weight))
-
-    def accuracy(params, split: ImageSplit) -> float:
-        return 100.0 * float(sum(predict(params, *b) for b in padded_batches(split, 2000))) / len(split.labels)
-
-    init_key, run_key = jax.random.split(jax.random.PRNGKey(config.teacher_seed))
-    params = model.init(init_key, dummy)["params"]
-    state = (population.NodeState(params, {}, optimizer.init(params)), run_key)
-    steps_per_epoch = max(1, len(dataset.train.labels) // config.teacher_batch_size)
-    best = {"acc": -1.0, "epoch": 0, "params": params, "epochs": 0}
-
-    def on_chunk(done, state, _):
-        epoch = done // steps_per_epoch
-        acc = accuracy(state[0].params, dataset.validation)
-        best["epochs"] = epoch
-        if acc > best["acc"]:
-            best.update(acc=acc, epoch=epoch, params=state[0].params)
-        if epoch - best["epoch"] >= config.teacher_patience:
-            raise runner.StopRun
-        return {"val": f"{acc:.2f}"}
-
-    data = (jnp.asarray(dataset.train.images), jnp.asarray(dataset.train.labels))
-    start = time.perf_counter()
-    runner.run_in_chunks(step, state, data, num_steps=config.teacher_max_epochs * steps_per_epoch,
-                         chunk_size=steps_per_epoch, on_chunk=on_chunk, progress=progress, desc="teacher")
-    info = {"val_accuracy": best["acc"], "test_accuracy": accuracy(best["params"], dataset.test),
-            "epochs": best["epochs"], "best_epoch": best["epoch"], "seconds": time.perf_counter() - start,
-            "cache_key": _teacher_key(config, dataset)}
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.with_suffix(".msgpack").write_bytes(flax.serialization.to_bytes(best["params"]))
-        cache.with_suffix(".json").write_text(json.dumps(info))
-    return best["params"], {**info, "cached": False}
-
-
-def teacher_probs(config: TeacherSelectionConfig, params: Any, images: np.ndarray, num_classes: int) -> jax.Array:
-    """The teacher's class probabilities ``[M, C]`` on ``images``, computed once (it is fixed)."""
-    model = MLP(hidden=config.teacher_hidden, num_classes=num_classes, dropout=config.teacher_dropout)
-    predict = jax.jit(lambda p, x: jax.nn.softmax(model.apply({"params": p}, to_unit_float(x))[0]))
-    split = ImageSplit(images, np.zeros(len(images), np.int32))
-    out = [predict(params, x)[np.asarray(w) > 0] for x, _, w in padded_batches(split, 2000)]
-    return jnp.concatenate(out)
-
-
-# --------------------------------------------------------------------------- students
-
-
-class Student(NamedTuple):
-    """One student of a population: its row, seed and hyperparameters."""
-
-    row: str
-    seed: int
-    stack_size: int  # n minibatches the teacher chooses from
-    distance: str  # one of jaxcomm.teacher.DISTANCES
-    soft: bool  # targets: teacher soft labels (True) or true labels
-    warmup: int  # plain updates before selection starts
-
-
-class Hyper(NamedTuple):
-    """Per-student hyperparameters as arrays, so one jitted step serves every configuration."""
-
-    stack_size: jax.Array  # [S] int32, n <= the population's padded stack
-    distance: jax.Array  # [S] int32 codes into jaxcomm.teacher.DISTANCES
-    soft: jax.Array  # [S] bool
-    warmup: jax.Array  # [S] int32
-
-
-class TrainArrays(NamedTuple):
-    """What a student step reads, on the device once."""
-
-    images: jax.Array  # [M, H, W, 1] uint8 training split
-    labels: jax.Array  # [M] int32
-    teacher_probs: jax.Array  # [M, C] float32, the fixed teacher's predictions
-
-
-class PopulationState(NamedTuple):
-    """Every student's training state."""
-
-    nodes: population.NodeState  # leaves [S, ...]
-    keys: jax.Array  # [S, 2] uint32 per-student PRNG keys
-    step: jax.Array  # [] int32 updates done (the same for every student)
-
-
-def hyper_arrays(students: Sequence[Student]) -> Hyper:
-    return Hyper(jnp.asarray([s.stack_size for s in students], jnp.int32),
-                 jnp.asarray([teacher.DISTANCE_CODES[s.distance] for s in students], jnp.int32),
-                 jnp.asarray([s.soft for s in students], bool),
-                 jnp.asarray([s.warmup for s in students], jnp.int32))
-
-
-def segments(stack_sizes: Sequence[int], padding: str) -> list[tuple[int, int, int]]:
-    """Static groups of students that share one padded stack: ``(start, stop, padded n)``.
-
-    "by_stack": each run of consecutive students with the same n is its own group, so a
-    student never forwards more than its own n minibatches; "all": one group padded to the
-    largest n (every student pays for the largest stack).
-    """
-    if padding == "all":
-        return [(0, len(stack_sizes), max(stack_sizes))]
-    out, start = [], 0
-    for i in range(1, len(stack_sizes) + 1):
-        if i == len(stack_sizes) or stack_sizes[i] != stack_sizes[start]:
-            out.append((start, i, stack_sizes[start]))
-            start = i
-    return out
-
-
-def make_students(config: TeacherSelectionConfig, image_shape: tuple[int, ...], num_classes: int,
-                  stack_sizes: Sequence[int]):
-    """The pure functions of a population of students with stacks of ``stack_sizes[i]`` minibatches.
-
-    Students are split into static groups (:func:`segments`, ``config.padding``); within a
-    group every stack is padded to the group's largest n and masked. All groups advance in
-    the same jitted step.
-
-    Returns:
-      ``(init, step, accuracy)``: ``init(keys [S, 2]) -> PopulationState``;
-      ``step(state, (TrainArrays, Hyper)) -> (state, loss [S])``, pure (jit it);
-      ``accuracy(params, images [B, ...] uint8, labels [B], weight [B]) -> correct [S]``, jitted.
-    """
-    m = config.batch_size
-    model = MLP(hidden=config.student_hidden, num_classes=num_classes)
-    optimizer = optax.adam(config.learning_rate)
-    dummy = jnp.zeros((1, *image_shape), jnp.float32)
-    random_code = teacher.DISTANCE_CODES["random"]
-
-    def init_student(key):
-        params = model.init(key, dummy)["params"]
-        return population.NodeState(params, {}, optimizer.init(params))
-
-    def loss_fn(params, model_state, images, targets):
-        logits, _ = model.apply({"params": params}, to_unit_float(images))
-        return -jnp.mean(jnp.sum(targets * jax.nn.log_softmax(logits), axis=-1)), (model_state, None)
-
-    train_step = population.make_train_step(loss_fn, optimizer)
-
-    def make_student_step(max_stack: int):
-        def student_step(node: population.NodeState, key, hyper: Hyper, step, data: TrainArrays):
-            k_sample, k_select = jax.random.split(key)
-            # Minibatch j is drawn from fold_in(key, j), so a student's first n minibatches do not
-            # depend on how far its group pads the stack.
-            draw = lambda j: jax.random.randint(jax.random.fold_in(k_sample, j), (m,), 0, data.labels.shape[0])
-            batches = jax.vmap(draw)(jnp.arange(max_stack))  # [n_max, m]
-            # One minibatch at a time: forwarding the whole [n_max * m] stack at once was 6x
-            # slower on CPU for n = 100 (its float32 copy of the images leaves the caches).
-            forward = lambda b: jax.nn.softmax(model.apply({"params": node.params}, to_unit_float(data.images[b]))[0])
-            student_probs = jax.lax.map(forward, batches).reshape(max_stack * m, num_classes)
-            idx = batches.reshape(-1)  # [n_max * m]
-            # Warm-up: a plain update (the first minibatch, true labels) instead of a selection.
-            plain = step < hyper.warmup
-            n = jnp.where(plain, 1, hyper.stack_size)
-            code = jnp.where(plain, random_code, hyper.distance)
-            hardness = teacher.scores_by_code(code, data.teacher_probs[idx], student_probs, k_select,
-                                              data.labels[idx])
-            chosen = idx[teacher.top_m(hardness, m, valid=jnp.arange(max_stack * m) < n * m)]
-            targets = jnp.where(hyper.soft & ~plain, data.teacher_probs[chosen],
-                                jax.nn.one_hot(data.labels[chosen], num_classes))
-            node, (loss, _) = train_step(node, data.images[chosen], targets)
-            return node, loss
-
-        return population.lift(student_step, backend=config.backend, in_axes=(0, 0, 0, None, None),
-                               map_batch_size=config.map_batch_size)
-
-    groups = [(start, stop, make_student_step(n)) for start, stop, n in segments(stack_sizes, config.padding)]
-
-    def init(keys: jax.Array) -> PopulationState:
-        init_keys, run_keys = jnp.swapaxes(jax.vmap(jax.random.split)(keys), 0, 1)
-        nodes = population.lift(init_student, backend=config.backend)(init_keys)
-        return PopulationState(nodes, run_keys, jnp.zeros((), jnp.int32))
-
-    def step(state: PopulationState, data: tuple[TrainArrays, Hyper]):
-        arrays, hyper = data
-        keys, step_keys = jnp.swapaxes(jax.vmap(jax.random.split)(state.keys), 0, 1)
-        outs = []
-        for start, stop, lifted in groups:
-            part = lambda tree, a=start, b=stop: jax.tree_util.tree_map(lambda leaf: leaf[a:b], tree)
-            outs.append(lifted(part(state.nodes), step_keys[start:stop], part(hyper), state.step, arrays))
-        nodes, loss = jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *outs)
-        return PopulationState(nodes, keys, state.step + 1), loss
-
-    def correct(params, images, labels, weight):
-        logits, _ = model.apply({"params": params}, to_unit_float(images))
-        return _accuracy_counts(logits, labels, weight)
-
-    accuracy = jax.jit(population.lift(correct, backend=config.backend, in_axes=(0, None, None, None)))
-    return init, step, accuracy
-
-
-def student_keys(config: TeacherSelectionConfig, students: Sequence[Student]) -> jax.Array:
-    """Seed s gets the same key in every row: rows share initialisations and data order (paired comparison)."""
-    base = jax.random.PRNGKey(config.seed)
-    return jnp.stack([jax.random.fold_in(base, s.seed) for s in students])
-
-
-def _population_accuracy(accuracy, params, split: ImageSplit) -> np.ndarray:
-    counts = sum(accuracy(params, *b) for b in padded_batches(split, 2000))
-    return 100.0 * np.asarray(counts) / len(split.labels)
-
-
-def train_population(
-    config: TeacherSelectionConfig,
-    students: Sequence[Student],
-    dataset: ImageDataset,
-    arrays: TrainArrays,
-    *,
-    max_updates: int,
-    stop_at: float | None = None,
-    progress: bool = True,
-    desc: str | None = None,
-    checkpointer: Checkpointer | None = None,
-) -> dict:
-    """Trains every student together, evaluating validation accuracy every ``eval_every`` updates.
-
-    A student "stops" after ``patience_epochs`` epochs without improvement: its later
-    evaluations are ignored (training past that point cannot change what it reports), and the
-    whole population ends once every student has stopped, or, with ``stop_at``, once every
-    student has reached ``stop_at`` % validation accuracy.
-
-    Returns:
-      ``{"students": [per-student dict], "seconds": training wall time, "updates_done": int}``;
-      each student dict has its row, seed, the validation ``curve`` (steps, accuracies) up to its
-      stop, ``best_val``, ``best_step``, ``test_accuracy`` at the best-validation parameters
-      and ``stop_step``.
-    """
-    init, step, accuracy = make_students(config, dataset.train.images.shape[1:], dataset.num_classes,
-                                         [s.stack_size for s in students])
-    state = init(student_keys(config, students))
-    size = len(students)
-    patience = config.patience_epochs * max(1, len(dataset.train.labels) // config.batch_size)
-    track = {"best_val": np.full(size, -1.0), "best_step": np.zeros(size, np.int64),
-             "stop_step": np.full(size, -1, np.int64), "best_params": state.nodes.params, "steps": [], "val": []}
-
-    def on_chunk(done, state, _):
-        acc = _population_accuracy(accuracy, state.nodes.params, dataset.validation)
-        active = track["stop_step"] < 0
-        improved = active & (acc > track["best_val"])
-        track["best_val"] = np.where(improved, acc, track["best_val"])
-        track["best_step"] = np.where(improved, done, track["best_step"])
-        track["best_params"] = population.where(improved, state.nodes.params, track["best_params"])
-        track["steps"].append(done)
-        track["val"].append(acc)
-        stopping = active & (done - track["best_step"] >= patience)
-        track["stop_step"] = np.where(stopping, done, track["stop_step"])
-        if (track["stop_step"] >= 0).all() or (stop_at is not None and (track["best_val"] >= stop_at).all()):
-            raise runner.StopRun
-        return {"val": f"{np.median(acc):.2f}"}
-
-    def metrics() -> dict:
-        return {name: np.asarray(track[name]).tolist() for name in ("best_val", "best_step", "stop_step", "steps",
-                                                                     "val")}
-
-    def restore_metrics(saved: dict) -> None:
-        for name in ("best_val", "best_step", "stop_step"):
-            track[name] = np.asarray(saved[name], track[name].dtype)
-        track["steps"], track["val"] = list(saved["steps"]), [np.asarray(v, np.float32) for v in saved["val"]]
-
-    start = time.perf_counter()
-    runner.run_in_chunks(step, state, (arrays, hyper_arrays(students)), num_steps=max_updates,
-                         chunk_size=config.eval_every, summarize=lambda loss: loss, on_chunk=on_chunk,
-                         progress=progress, desc=desc, loss_of=lambda loss: loss, checkpointer=checkpointer,
-                         metrics=metrics, restore_metrics=restore_metrics,
-                         aux=lambda: track["best_params"], restore_aux=lambda saved: track.update(best_params=saved))
-    seconds = time.perf_counter() - start
-    updates_done = track["steps"][-1] if track["steps"] else 0
-    test = _population_accuracy(accuracy, track["best_params"], dataset.test)
-    steps, val = np.asarray(track["steps"]), np.asarray(track["val"]).reshape(len(track["steps"]), size)
-    out = []
-    for i, s in enumerate(students):
-        stop = int(track["stop_step"][i]) if track["stop_step"][i] >= 0 else updates_done
-        keep = steps <= stop
-        out.append({**s._asdict(), "steps": steps[keep].tolist(), "val_accuracy": np.round(val[keep, i], 3).tolist(),
-                    "best_val": float(track["best_val"][i]), "best_step": int(track["best_step"][i]),
-                    "test_accuracy": float(test[i]), "stop_step": stop,
-                    "stopped_by_patience": bool(track["stop_step"][i] >= 0)})
-    return {"students": out, "seconds": seconds, "updates_done": updates_done}
-
-
-def time_per_update(config: TeacherSelectionConfig, dataset: ImageDataset, arrays: TrainArrays, stack_size: int
-                    ) -> float:
-    """Wall seconds per update of ONE student with stack n alone (not padded), after compilation."""
-    student = Student("timing", 0, stack_size, "cross_entropy", True, 0)
-    init, step, _ = make_students(config, dataset.train.images.shape[1:], dataset.num_classes, [stack_size])
-    state = init(student_keys(config, [student]))
-    run = runner.scan_steps(step, lambda loss: ())
-    data = (arrays, hyper_arrays([student]))
-    jax.block_until_ready(run(state, data, config.timing_updates))  # compile
-    start = time.perf_counter()
-    jax.block_until_ready(run(state, data, config.timing_updates))
-    return (time.perf_counter() - start) / config.timing_updates
-
-
-# --------------------------------------------------------------------------- metrics
-
-
-def forward_passes(student: dict, updates: float) -> float:
-    """Student forward passes (in minibatches of m) spent by ``updates`` updates.
-
-    A selecting update forwards its n minibatches; the update's own forward pass reuses the
-    selected samples' activations (§3.2.3.3: "a gain of (n-1)*m backward passes"), so a plain
-    update costs 1 forward and 1 backward pass.
-    """
-    plain = min(updates, student["warmup"])
-    return plain + (updates - plain) * student["stack_size"]
-
-
-def compute_units(student: dict, updates: float) -> float:
-    """Training compute: a forward pass of a minibatch = 1 unit, a backward pass = 2 (teacher cached)."""
-    return forward_passes(student, updates) + 2.0 * updates
-
-
-def updates_to(student: dict, threshold: float) -> float:
-    """Updates until validation accuracy first reaches ``threshold`` %, inf if never (before the stop)."""
-    for step, acc in zip(student["steps"], student["val_accuracy"], strict=True):
-        if acc >= threshold:
-            return float(step)
-    return float("inf")
+def study_students(config: TeacherSelectionConfig, n: int) -> list[Student]:
+    """Stack n, cross-entropy, soft labels: without and with the warm-up remedy."""
+    return [Student(f"stack{n}_ce_soft{suffix}", seed, n, "cross_entropy", True, warmup)
+            for suffix, warmup in (("", 0), ("_warmup", config.warmup_updates)) for seed in range(config.study_seeds)]
 
 
 def _median_or_none(values: Sequence[float]) -> float | None:
@@ -598,6 +182,7 @@ def _tag(value: float | None) -> str:
 def row_metrics(students: Sequence[dict], seconds_per_update: dict[int, float]) -> dict:
     """Table-3.1 metrics of one row from its seeds (see the issue's summary.json schema)."""
     first = students[0]
+    cost = {"stack_size": first["stack_size"], "warmup": first["warmup"]}
     test = np.asarray([s["test_accuracy"] for s in students])
     out = {"stack_size": first["stack_size"], "distance": first["distance"],
            "targets": "soft" if first["soft"] else "true", "warmup_updates": first["warmup"],
@@ -610,13 +195,13 @@ def row_metrics(students: Sequence[dict], seconds_per_update: dict[int, float]) 
            "stop_step_median": _median_or_none([s["stop_step"] for s in students]),
            "stopped_by_patience": int(sum(s["stopped_by_patience"] for s in students))}
     for threshold in THRESHOLDS:
-        per_seed = [updates_to(s, threshold) for s in students]
+        per_seed = [teacher.updates_to(s["steps"], s["val_accuracy"], threshold) for s in students]
         out[f"updates_to_{_tag(threshold)}"] = _median_or_none(per_seed)
         out[f"seeds_reaching_{_tag(threshold)}"] = int(np.isfinite(per_seed).sum())
     med = out["updates_to_96_5"]
     n = first["stack_size"]
-    out["forward_passes_to_96_5"] = None if med is None else forward_passes(first, med)
-    out["compute_units_to_96_5"] = None if med is None else compute_units(first, med)
+    out["forward_passes_to_96_5"] = None if med is None else teacher.forward_passes(med, **cost)
+    out["compute_units_to_96_5"] = None if med is None else teacher.compute_units(med, **cost)
     if med is None or n not in seconds_per_update or 1 not in seconds_per_update:
         out["wall_seconds_to_96_5"] = None
     else:
@@ -637,45 +222,31 @@ def add_speedups(rows: dict[str, dict]) -> None:
         row["wall_speedup_96_5"] = ratio(base["wall_seconds_to_96_5"], row["wall_seconds_to_96_5"])
 
 
-# --------------------------------------------------------------------------- run
-
-
-def table_students(config: TeacherSelectionConfig) -> list[Student]:
-    return [Student(row, seed, *TABLE_ROWS[row], 0) for row in config.rows for seed in range(config.seeds)]
-
-
-def study_students(config: TeacherSelectionConfig, n: int) -> list[Student]:
-    """Stack n, cross-entropy, soft labels: without and with the warm-up remedy."""
-    return [Student(f"stack{n}_ce_soft{suffix}", seed, n, "cross_entropy", True, warmup)
-            for suffix, warmup in (("", 0), ("_warmup", config.warmup_updates)) for seed in range(config.study_seeds)]
-
-
 def run(config: TeacherSelectionConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
     """Trains the teacher (or loads it), the Table-3.1 population and the stack-size study.
 
     Returns:
       ``{"rows", "curves", "teacher", "groups", "seconds_per_update", "protocol"}`` for
-      :func:`jaxcomm.experiment.main`.
+      :func:`jaxcomm.harness.cli.main`.
     """
     dataset = load_dataset(config)
-    params, teacher_info = train_teacher(config, dataset, progress=progress)
-    arrays = TrainArrays(jnp.asarray(dataset.train.images), jnp.asarray(dataset.train.labels),
-                         teacher_probs(config, params, dataset.train.images, dataset.num_classes))
+    params, teacher_info = teacher.train_teacher(config, dataset, progress=progress)
+    arrays = teacher.train_arrays(config, params, dataset)
     teacher_info["train_accuracy"] = 100.0 * float(
         np.mean(np.argmax(np.asarray(arrays.teacher_probs), -1) == dataset.train.labels))
 
     resumable = lambda name: checkpoints.run(name) if checkpoints is not None else None
-    groups = {"table": train_population(config, table_students(config), dataset, arrays,
-                                        max_updates=config.max_updates, progress=progress, desc="table",
-                                        checkpointer=resumable("table"))}
+    groups = {"table": teacher.train_students(config, table_students(config), dataset, arrays,
+                                              max_updates=config.max_updates, progress=progress, desc="table",
+                                              checkpointer=resumable("table"))}
     for n in config.study_stack_sizes:
-        groups[f"stack{n}"] = train_population(config, study_students(config, n), dataset, arrays,
-                                               max_updates=config.study_max_updates, stop_at=max(THRESHOLDS),
-                                               progress=progress, desc=f"stack {n}",
-                                               checkpointer=resumable(f"stack{n}"))
+        groups[f"stack{n}"] = teacher.train_students(config, study_students(config, n), dataset, arrays,
+                                                     max_updates=config.study_max_updates, stop_at=max(THRESHOLDS),
+                                                     progress=progress, desc=f"stack {n}",
+                                                     checkpointer=resumable(f"stack{n}"))
     stack_sizes = sorted({1, *(s for s, _, _ in (TABLE_ROWS[r] for r in config.rows)), *config.study_stack_sizes})
-    seconds_per_update = {n: time_per_update(config, dataset, arrays, n) for n in stack_sizes
-                          if config.timing_updates}
+    seconds_per_update = {n: teacher.time_per_update(config, dataset, arrays, n, updates=config.timing_updates)
+                          for n in stack_sizes if config.timing_updates}
 
     by_row: dict[str, list[dict]] = {}
     for group in groups.values():
@@ -698,6 +269,9 @@ def run(config: TeacherSelectionConfig, *, checkpoints: Checkpoints | None = Non
                                            len(dataset.test.labels)]}}
 
 
+# --------------------------------------------------------------------------- report (reads only the run's files)
+
+
 FIG_LEFT = ("baseline", "stack2_ce_soft", "stack2_ce_true", "stack2_euclid_soft", "stack2_random_soft")
 FIG_RIGHT = ("baseline", "stack2_ce_soft", "stack5_ce_soft", "stack5_ce_true", "stack5_learn_true")
 LABELS = {"baseline": "baseline (no teacher, true labels)", "stack2_ce_soft": "stack 2, cross-entropy, soft labels",
@@ -717,7 +291,7 @@ def _mean_band(students: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def plot_fig3_1(curves: list[dict], path: pathlib.Path) -> None:
     """Thesis Fig. 3.1: validation accuracy vs student backward passes, mean over seeds, min-max band."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
 
     table = [c for c in curves if c["group"] == "table"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
@@ -761,7 +335,7 @@ def study_rows(summary: dict) -> list[tuple[int, str | None, str | None]]:
 
 def plot_stack_sizes(summary: dict, path: pathlib.Path) -> None:
     """Updates and compute to the baseline's accuracy level (96.5 %) vs stack size n, with and without warm-up."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
 
     rows, study = summary["rows"], study_rows(summary)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
@@ -808,7 +382,7 @@ def plot_stack_sizes(summary: dict, path: pathlib.Path) -> None:
 
 
 def _fmt(value: Any, digits: int = 0) -> str:
-    return experiment.cell(value, digits, missing="n.r.")
+    return report.cell(value, digits, missing="n.r.")
 
 
 def table_markdown(summary: dict) -> str:
@@ -901,17 +475,19 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report(out_dir: pathlib.Path) -> None:
-    """Writes table.md, fig3_1.png and stack_size.png from ``summary.json`` and ``curves.jsonl`` in ``out_dir``."""
-    summary, curves = experiment.read_run(out_dir)
-    plot_fig3_1(curves, out_dir / "fig3_1.png")
-    plot_stack_sizes(summary, out_dir / "stack_size.png")
-    experiment.write_table(out_dir, table_markdown(summary))
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md, then (with ``plots``) fig3_1.png and stack_size.png, from the run in ``out_dir``."""
+    out_dir = pathlib.Path(out_dir)
+    summary, curves = results.read_run(out_dir)
+    report.write_table(out_dir, table_markdown(summary))
+    if plots:
+        report.draw(fig3_1=lambda: plot_fig3_1(curves, out_dir / "fig3_1.png"),
+                    stack_size=lambda: plot_stack_sizes(summary, out_dir / "stack_size.png"))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws plots and table from a run's files; anything else runs the experiment."""
-    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run,
+    return harness_cli.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run,
                           description=__doc__.split("\n\n")[0], write_report=write_report)
 
 

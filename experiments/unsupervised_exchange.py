@@ -42,8 +42,10 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxcomm import data, experiment, inbox, network, population, unsupervised
+from jaxcomm import bandwidth, data, inbox, network, population, unsupervised
 from jaxcomm.checkpoint import Checkpoints
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
 from jaxcomm.models.bigan import BiGAN
 from jaxcomm.models.vae import VAE
 from jaxcomm.validation import integer, one_of, positive, probability, require, widths
@@ -198,7 +200,8 @@ class UnsupervisedExchangeConfig:
         return network.NetworkConfig(
             num_nodes=num_nodes, topology="full", content="features" if sharing else "none",
             consume_prob=p_c if sharing else 0.0,
-            broadcast_prob=min(1.0, self.broadcast_factor * p_c / (num_nodes - 1)) if sharing else 0.0,
+            broadcast_prob=inbox.equilibrium_broadcast_prob(p_c, num_nodes - 1, self.broadcast_factor) if sharing
+            else 0.0,
             inbox_capacity=self.inbox_capacity, batch_size=self.batch_size, backend=self.backend,
             num_steps=self.num_steps, eval_every=self.eval_every, seed=self.seed)
 
@@ -275,8 +278,7 @@ def family_parts(config: UnsupervisedExchangeConfig, family: str, image_shape: t
 
 def num_params(program: network.NodeProgram) -> int:
     """Trainable parameters of one node, from shapes only."""
-    state = jax.eval_shape(program.init, jax.random.PRNGKey(0))
-    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(state.params))
+    return bandwidth.num_params(jax.eval_shape(program.init, jax.random.PRNGKey(0)).params)
 
 
 def encode_images(images: np.ndarray) -> dict:
@@ -342,7 +344,7 @@ def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageData
     history = out["history"]
     row = summarise(name, history, nodes=nodes)
     counters = out["final"]["counters"]
-    message = inbox.message_bytes(net.batch_size, program.payload_dim, "features") if net.content != "none" else 0
+    message = out["network"].message_bytes
     probe_seconds = sum(h["probe"]["seconds"] for h in history if "probe" in h) + (
         before["probe"]["seconds"] if probe_now else 0.0)
     control = controls.get(key)
@@ -410,7 +412,7 @@ def _colours(plt, curves):
 
 def plot_probes(curves: list[dict], path: pathlib.Path, thesis: bool = True) -> None:
     """Probe test accuracy vs steps: node average (dashed) and collective decision (solid), one panel per family."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
     rows = [c for c in curves if c["kind"] == "row"]
     families = [f for f in FAMILIES if any(c["family"] == f for c in rows)]
     fig, axes = plt.subplots(1, len(families), figsize=(6 * len(families), 4), squeeze=False)
@@ -445,7 +447,7 @@ OBJECTIVE_PANELS = {"vae": [("neg_elbo", "-ELBO (nats / image)"), ("reconstructi
 
 def plot_objectives(curves: list[dict], path: pathlib.Path) -> None:
     """The local objective on the fixed validation batch vs steps (mean over nodes), three panels per family."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
     rows = [c for c in curves if c["kind"] == "row"]
     families = [f for f in FAMILIES if any(c["family"] == f for c in rows)]
     fig, axes = plt.subplots(len(families), 3, figsize=(15, 3.6 * len(families)), squeeze=False)
@@ -464,7 +466,7 @@ def plot_objectives(curves: list[dict], path: pathlib.Path) -> None:
 
 def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
     """Per row (node 0, last step): test images, their reconstructions, samples from the prior."""
-    plt = experiment.pyplot()
+    plt = report.pyplot()
     if not records:
         return
     fig, axes = plt.subplots(len(records), 1, figsize=(12, 0.85 * len(records) + 0.3), squeeze=False)
@@ -485,7 +487,7 @@ def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-_num = functools.partial(experiment.cell, missing="N.A.")
+_num = functools.partial(report.cell, missing="N.A.")
 
 
 def table_markdown(summary: dict) -> str:
@@ -589,24 +591,29 @@ def variants_markdown(runs: list[tuple[dict, list[dict]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: pathlib.Path) -> None:
-    """table.md and the plots of the run in ``out_dir``; runs under ``out_dir/variants/`` get a table of their own."""
-    summary, records = experiment.read_run(out_dir)
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
+    """table.md, then (with ``plots``) the plots of the run in ``out_dir``; runs under ``out_dir/variants/`` get a
+    table of their own."""
+    out_dir = pathlib.Path(out_dir)
+    summary, records = results.read_run(out_dir)
     curves = [r for r in records if r["kind"] == "row"]
-    plot_probes(curves, out_dir / "probes.png", thesis=summary["config"]["dataset"] == "cifar10")
-    plot_objectives(curves, out_dir / "objectives.png")
-    plot_pictures([r for r in records if r["kind"] == "pictures"], out_dir / "pictures.png")
     table = table_markdown(summary)
-    variants = experiment.read_runs_below(pathlib.Path(out_dir) / "variants")
+    variants = results.read_runs_below(out_dir / "variants")
     if variants:
         table += ("\n## Variants (runs in `variants/`, each with its command there)\n\n"
                   + variants_markdown(variants))
-    experiment.write_table(out_dir, table)
+    report.write_table(out_dir, table)
+    if plots:
+        report.draw(probes=lambda: plot_probes(curves, out_dir / "probes.png",
+                                               thesis=summary["config"]["dataset"] == "cifar10"),
+                    objectives=lambda: plot_objectives(curves, out_dir / "objectives.png"),
+                    pictures=lambda: plot_pictures([r for r in records if r["kind"] == "pictures"],
+                                                   out_dir / "pictures.png"))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """``report DIR`` redraws table.md and the plots; anything else runs the experiment."""
-    return experiment.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
+    return harness_cli.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
                           write_report=write_report)
 
 

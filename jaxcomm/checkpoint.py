@@ -7,7 +7,7 @@ restored into the structure of a template (the freshly initialised state), so
 NamedTuples, ``None`` subtrees and custom nodes come back exactly as they were.
 
 An experiment holds one :class:`Checkpoints` folder with a sub-folder per run
-(``Checkpoints.run(name)``); :func:`jaxcomm.runner.run_in_chunks` saves and
+(``Checkpoints.run(name)``); :func:`jaxcomm.driver.train` saves and
 resumes through it.
 """
 
@@ -30,8 +30,8 @@ class Checkpointer:
 
     Attributes:
       directory: absolute path of the run's checkpoints.
-      every: save every ``every`` steps (rounded up to whole chunks by the runner).
-      resume: whether :func:`jaxcomm.runner.run_in_chunks` starts from the latest
+      every: save every ``every`` steps (rounded up to whole chunks by the driver).
+      resume: whether :func:`jaxcomm.driver.train` starts from the latest
         checkpoint; if False, existing checkpoints of this run are deleted first.
     """
 

@@ -590,6 +590,16 @@ def padded_batches(split: ImageSplit, batch: int):
         yield jnp.asarray(images), jnp.asarray(labels), jnp.asarray(weight)
 
 
+def accuracy_in_batches(correct, split: ImageSplit, batch: int = 2000) -> np.ndarray:
+    """Accuracy (%) of ``correct(images, labels, weight) -> [...]`` weighted correct answers, summed over
+    :func:`padded_batches` of ``split``: one compiled shape for every batch, padding weighted 0.
+
+    ``correct`` may count for a whole population at once (``[S]`` counts give ``[S]`` accuracies).
+    """
+    counts = sum(correct(*b) for b in padded_batches(split, batch))
+    return 100.0 * np.asarray(counts) / len(split.labels)
+
+
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **kwargs) -> ImageDataset:
     """Loads a dataset by name.
 

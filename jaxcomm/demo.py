@@ -5,7 +5,7 @@ their shard; sharing nodes also train on minibatches (indices + true labels)
 that their ring neighbours broadcast, as in thesis ch. 2. The table shows the
 average node accuracy and the collective decision under every weighting.
 
-    jaxcomm demo                       # the shipped 5,000-digit sample, ~1 minute on 2 CPU cores
+    jaxcomm demo                       # the shipped 5,000-digit sample, about 30 s on 2 idle CPU cores
     jaxcomm demo --dataset mnist --data-dir ../shared/data
 """
 
@@ -60,10 +60,21 @@ class DemoConfig:
         return {"isolated": base.replace(content="none"), "sharing true labels": base.replace(content="true_labels")}
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a network's training: the demo has no complete table to show."""
+
+    def __init__(self, network: str, seed: int, steps_done: int, num_steps: int):
+        super().__init__(f"interrupted after {steps_done} of {num_steps} steps ({network}, seed {seed})")
+        self.network, self.seed, self.steps_done = network, seed, steps_done
+
+
 def run(config: DemoConfig, *, progress: bool = True) -> dict:
     """Trains both networks for every seed; returns one row of metrics per network.
 
     Accuracies are ``(mean, sd)`` over seeds, in %, on the test split.
+
+    Raises:
+      Interrupted: SIGINT/SIGTERM stopped a run before its last step (no partial table is made).
     """
     networks = config.networks()
     if config.num_seeds < 1:
@@ -79,6 +90,8 @@ def run(config: DemoConfig, *, progress: bool = True) -> dict:
         for seed in range(config.seed, config.seed + config.num_seeds):
             result = train_network(network.replace(seed=seed), model, dataset, progress=progress,
                                    desc=f"{name}, seed {seed}")
+            if result.get("interrupted") or result.get("final") is None:
+                raise Interrupted(name, seed, int(result.get("steps_done", 0)), network.num_steps)
             finals.append(result["final"])
         collective = {w: [f["collective_accuracy"][w] for f in finals] for w in decision.WEIGHTINGS}
         rows[name] = {

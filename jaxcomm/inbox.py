@@ -218,21 +218,30 @@ def push(
     return InboxState(messages, head, count, counters)
 
 
-def message_bytes(batch_size: int, payload_dim: int, content: str, *, index_bytes: int = 4) -> int:
-    """Bytes on the wire for one message, as a real network would send it.
+def equilibrium_broadcast_prob(consume_prob: float, num_neighbours: int, factor: float = 1.0) -> float:
+    """The broadcast probability that keeps inboxes in equilibrium: ``p_b = factor x p_c / p``, at most 1.
 
-    Indices as int32, plus the payload: true labels as one uint8 class id per
-    sample (not the one-hot the simulator stores), logits and features as
-    float32. Sender id and step add 8 bytes of header.
+    Each step a node pops a message with probability ``p_c`` and each of its
+    ``p`` in-neighbours sends it one with probability ``p_b``; on a graph where
+    every node has ``p`` out- and ``p`` in-neighbours (ring, full with
+    ``p = N - 1``, exponential) arrivals ``p x p_b`` match consumption ``p_c``
+    exactly when ``p_b = p_c / p``, so inboxes neither fill up (and drop
+    messages) nor run dry. ``factor`` scales it (2: twice as many messages as
+    are consumed). On random graphs in-degrees vary and it holds on average.
+
+    Args:
+      consume_prob: p_c in [0, 1].
+      num_neighbours: p >= 1, each node's out-degree (N - 1 when fully connected).
+      factor: > 0; 1 is the equilibrium.
+
+    Returns:
+      ``min(1, factor x p_c / p)``.
+
+    References:
+      Lacaille (2018), §2.3.1.2: "the frequency of broadcasting was constructed
+      in a way that allows for an equilibrium in the number of samples available
+      for consumption".
     """
-    payload = {
-        "none": 0,
-        "true_labels": batch_size,
-        "logits": batch_size * payload_dim * 4,
-        "features": batch_size * payload_dim * 4,
-    }
-    if content not in payload:
-        raise ValueError(f"content must be one of {tuple(payload)}, got {content!r}")
-    if content == "none":
-        return 0
-    return batch_size * index_bytes + payload[content] + 8
+    if num_neighbours < 1:
+        raise ValueError(f"num_neighbours must be >= 1 to broadcast to anyone, got {num_neighbours}")
+    return min(1.0, factor * consume_prob / num_neighbours)

@@ -1,4 +1,4 @@
-"""A learned discrete language between two agents (thesis ch. 4): pure, jittable pieces.
+"""A learned discrete language between two agents (thesis ch. 4): the pieces and the agent population.
 
 Each agent turns its partial view of an image into a message of ``L`` symbols from a
 vocabulary of ``V = 2`` (bits). The message generator is a ReLU MLP whose top layer has
@@ -14,8 +14,18 @@ InfoNCE (van den Oord et al. 2018) and Deep-InfoMax JSD (Hjelm et al. 2019) are 
 Communication (§4.2.2.5) adds cross-entropy "likelihood" terms between the two agents'
 messages with level-dependent gradient paths (:class:`Level`, eqs. 4.2.6-4.2.8).
 
+The engine at the bottom trains a population of S pairs of agents as one jitted step
+(:func:`train_agents`, through :func:`jaxcomm.driver.train`): each :class:`Member` has its
+own level, seed, views and normalisation as per-member arrays, and a linear probe on B's
+last hidden layer measures what B's features say about the digit (§4.2.2.5, Table 4.1)::
+
+    dataset = jaxcomm.data.load_mnist_sample()
+    members = [language.Member(level, seed) for level in ("baseline", "both_feedback") for seed in range(3)]
+    result = language.train_agents(language.AgentsConfig(), members, dataset, length=32, num_steps=2000)
+    result["members"][0]["test_accuracy"]  # the probe's test accuracy at its best validation step
+
 Shapes use named dimensions: ``B`` batch, ``L`` message length, ``V`` vocabulary,
-``P`` pixels (784 for MNIST), ``H`` hidden width.
+``P`` pixels (784 for MNIST), ``H`` hidden width, ``S`` members of a population.
 
 References:
   Lacaille (2018), §4.2-4.3, Algorithm 4, eqs. 4.2.1-4.2.8, Fig. 4.2, Table 4.1.
@@ -25,14 +35,24 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from jaxcomm import driver, population
+from jaxcomm.checkpoint import Checkpointer
+from jaxcomm.data import ImageDataset, ImageSplit, accuracy_in_batches
+from jaxcomm.models import to_unit_float
+from jaxcomm.validation import is_int, is_real, require
 
 CRITICS = ("gan", "jsd", "infonce")
 ESTIMATORS = ("gumbel", "reinforce")
@@ -452,3 +472,441 @@ def detect_collapse(disc_accuracy, agreement, *, chance_tolerance: float = 0.05,
     """
     disc_accuracy, agreement = jnp.asarray(disc_accuracy), jnp.asarray(agreement)
     return (jnp.abs(disc_accuracy - 0.5) <= chance_tolerance) & (agreement >= min_agreement)
+
+
+# --------------------------------------------------------------------------- the agent population
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentsConfig:
+    """How a population of agent pairs and their probes train (thesis ch. 4); validated on construction.
+
+    Where the thesis is silent (widths, batch, learning rates), the defaults are ours.
+
+    Attributes:
+      hidden: hidden widths of each message generator; the probe reads the last.
+      critic_hidden: hidden width of each critic ``P + L*V -> critic_hidden -> 1``.
+      batch_size: minibatch of both agents, drawn uniformly with replacement.
+      learning_rate: Adam step of generators and critics (one optimiser over both agents).
+      probe_learning_rate: Adam step of the linear probe (stopped features of B, from step 0).
+      critic: one of :data:`CRITICS` ("gan" = thesis).
+      estimator: one of :data:`ESTIMATORS`: "gumbel" (thesis) or "reinforce" (its suggested
+        future work; needs critic "gan").
+      tau_init, tau_decay, tau_every, tau_floor: Gumbel temperature schedule
+        (:func:`temperature`; thesis: 4, 0.9, 100, 0.5).
+      one_way_weight: weight of the likelihood term at level "student_receiving_only" (thesis: 0.01).
+      two_way_weight: weight of each likelihood term at the feedback levels (thesis: 0.005).
+      eval_every: steps between validation evaluations (one jitted chunk).
+      diag_batch: validation images of the diagnostics (critic accuracy, agreement, distinct
+        messages, MI bound capped at ``log2(diag_batch)`` bits).
+      backend: how per-member code is lifted (:data:`jaxcomm.population.BACKENDS`).
+      seed: base seed; member seed s uses ``fold_in(PRNGKey(seed), s)`` whatever its level and views.
+    """
+
+    hidden: tuple[int, ...] = (128, 32)
+    critic_hidden: int = 128
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    probe_learning_rate: float = 1e-3
+    critic: str = "gan"
+    estimator: str = "gumbel"
+    tau_init: float = 4.0
+    tau_decay: float = 0.9
+    tau_every: int = 100
+    tau_floor: float = 0.5
+    one_way_weight: float = 0.01
+    two_way_weight: float = 0.005
+    eval_every: int = 100
+    diag_batch: int = 128
+    backend: str = "vmap"
+    seed: int = 0
+
+    def __post_init__(self):
+        require(isinstance(self.hidden, tuple) and len(self.hidden) >= 1
+                and all(is_int(w) and w >= 1 for w in self.hidden), "hidden",
+                "a non-empty tuple of integers >= 1", self.hidden)
+        for name in ("critic_hidden", "batch_size", "eval_every", "tau_every"):
+            value = getattr(self, name)
+            require(is_int(value) and value >= 1, name, "an integer >= 1", value)
+        require(is_int(self.diag_batch) and self.diag_batch >= 2, "diag_batch", "an integer >= 2", self.diag_batch)
+        for name in ("learning_rate", "probe_learning_rate", "tau_init", "tau_floor"):
+            value = getattr(self, name)
+            require(is_real(value) and value > 0, name, "a number > 0", value)
+        for name in ("one_way_weight", "two_way_weight"):
+            value = getattr(self, name)
+            require(is_real(value) and value >= 0, name, "a number >= 0", value)
+        require(is_real(self.tau_decay) and 0 < self.tau_decay <= 1, "tau_decay", "a number in (0, 1]",
+                self.tau_decay)
+        require(self.critic in CRITICS, "critic", f"one of {CRITICS}", self.critic)
+        require(self.estimator in ESTIMATORS, "estimator", f"one of {ESTIMATORS}", self.estimator)
+        require(self.estimator == "gumbel" or self.critic == "gan", "critic",
+                "'gan' with estimator 'reinforce' (its per-message cost is the GAN loss)", self.critic)
+        population.check_backend(self.backend)
+        require(is_int(self.seed), "seed", "an integer", self.seed)
+
+    def replace(self, **changes: Any) -> AgentsConfig:
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+class Member(NamedTuple):
+    """One pair of agents (teacher A, student B) and B's probe: its level, seed and views.
+
+    Members of any level, seed, views or normalisation train as one population (those
+    become per-member arrays); a population shares the message length and the steps.
+    Seed s has the same initialisation, masks, minibatches and Gumbel noise whatever the
+    level, so levels compare paired by seed.
+    """
+
+    level: str  # a name of LEVEL_NAMES
+    seed: int  # paired seed
+    noise: float = 0.1  # fraction of pixels each agent's fixed mask inverts (thesis: 0.1)
+    view: str = "full"  # one of VIEWS: "full", or "halves" (A sees the top half, B the bottom half)
+    frozen: bool = False  # untrained agents (the random-init probe): only the probe learns
+    normalisation: str = "mean"  # cross-entropy over the L heads, one of NORMALISATIONS
+
+
+class MemberArrays(NamedTuple):
+    """Per-member constants as arrays, so one jitted step serves every level and view."""
+
+    key: jax.Array  # [S, 2] uint32 run key of the member's seed (batches and Gumbel noise)
+    level: Level  # fields [S] float32
+    invert_a: jax.Array  # [S, P] bool, A's fixed inverted pixels
+    keep_a: jax.Array  # [S, P] float32, 1 where A sees the pixel
+    invert_b: jax.Array  # [S, P] bool
+    keep_b: jax.Array  # [S, P] float32
+    frozen: jax.Array  # [S] float32, 1: agents' parameters never move
+
+
+class Agents(NamedTuple):
+    """Training state of one pair of agents and the student's probe (in a population: leaves [S, ...])."""
+
+    params: dict  # {"gen_a", "gen_b", "critic_a", "critic_b"}: Flax params
+    opt_state: optax.OptState  # Adam state of params
+    probe: dict  # linear probe on B's last hidden layer: {"kernel" [H, C], "bias" [C]}
+    probe_opt: optax.OptState  # Adam state of the probe
+
+
+class AgentsState(NamedTuple):
+    """A population's training state."""
+
+    agents: Agents  # leaves [S, ...]
+    step: jax.Array  # [] int32, steps done (shared)
+
+
+class TrainData(NamedTuple):
+    """The training split, on the device once."""
+
+    images: jax.Array  # [M, H, W, 1] uint8
+    labels: jax.Array  # [M] int32
+
+
+class AgentFunctions(NamedTuple):
+    """The pure functions of a population (:func:`make_agents`)."""
+
+    init: Any  # init(keys [S, 2]) -> AgentsState
+    step: Any  # step(state, (TrainData, MemberArrays)) -> (state, info of [S] scalars), pure
+    evaluate: Any  # evaluate(gen_b, probe, images, labels, weight, arrays) -> [S] weighted correct, jitted
+    diagnose: Any  # diagnose(params, images, arrays) -> dict of [S], jitted
+
+
+def seed_key(config: AgentsConfig, seed: int) -> jax.Array:
+    """Seed s: the same key in every level and view (paired comparisons)."""
+    return jax.random.fold_in(jax.random.PRNGKey(config.seed), seed)
+
+
+def check_members(members: Sequence[Member]) -> None:
+    """Raises ``ValueError`` naming the first member whose level, seed, noise, view or normalisation is wrong."""
+    require(len(members) >= 1, "members", "a non-empty sequence of Member", members)
+    for i, m in enumerate(members):
+        require(isinstance(m, Member), f"members[{i}]", "a language.Member", m)
+        require(m.level in LEVEL_NAMES, f"members[{i}].level", f"one of {LEVEL_NAMES}", m.level)
+        require(is_int(m.seed), f"members[{i}].seed", "an integer", m.seed)
+        require(is_real(m.noise) and 0.0 <= m.noise <= 1.0, f"members[{i}].noise", "a fraction in [0, 1]", m.noise)
+        require(m.view in VIEWS, f"members[{i}].view", f"one of {VIEWS}", m.view)
+        require(m.normalisation in NORMALISATIONS, f"members[{i}].normalisation", f"one of {NORMALISATIONS}",
+                m.normalisation)
+
+
+def member_arrays(config: AgentsConfig, members: Sequence[Member], *, length: int, num_pixels: int,
+                  side: int) -> MemberArrays:
+    """Masks, views, levels and keys of each member.
+
+    A mask is drawn from the seed's key alone (``fold_in(key, 1)`` for A, ``2`` for B) as
+    ``uniform < noise``, so a seed's 10 % mask is contained in its 30 % and 50 % masks.
+    The population computes the cross-entropy averaged over heads; a member with
+    normalisation "sum" has its weights multiplied by L, which is exactly the summed reading.
+
+    Args:
+      config: the agents' config (level weights, base seed).
+      members: the S members.
+      length: L of every member.
+      num_pixels: P.
+      side: image side (``P = side * side``), for the halves views.
+    """
+    check_members(members)
+    keys, levels, inv_a, keep_a, inv_b, keep_b = [], [], [], [], [], []
+    top, bottom = half_masks(side, side)
+    full = jnp.ones(num_pixels, jnp.float32)
+    for m in members:
+        key = seed_key(config, m.seed)
+        keys.append(jax.random.fold_in(key, 3))
+        lvl = level(m.level, one_way=config.one_way_weight, two_way=config.two_way_weight)
+        scale = float(length) if m.normalisation == "sum" else 1.0
+        levels.append(lvl._replace(weight_ab=lvl.weight_ab * scale, weight_ba=lvl.weight_ba * scale))
+        inv_a.append(inversion_mask(jax.random.fold_in(key, 1), num_pixels, m.noise))
+        inv_b.append(inversion_mask(jax.random.fold_in(key, 2), num_pixels, m.noise))
+        halves = m.view == "halves"
+        keep_a.append(top if halves else full)
+        keep_b.append(bottom if halves else full)
+    lvl = Level(*(jnp.asarray(col, jnp.float32) for col in zip(*levels, strict=True)))
+    return MemberArrays(jnp.stack(keys), lvl, jnp.stack(inv_a), jnp.stack(keep_a), jnp.stack(inv_b),
+                        jnp.stack(keep_b), jnp.asarray([m.frozen for m in members], jnp.float32))
+
+
+@functools.cache
+def _member_init(hidden: tuple[int, ...], critic_hidden: int, length: int, num_pixels: int, num_classes: int):
+    """``init_member(key) -> Agents`` of one member (one function object per architecture, so jit caches it).
+
+    Adam's initial state does not depend on its step size, so the optimisers here only shape the state.
+    """
+    gen = MessageGenerator(hidden=hidden, length=length)
+    critic = Critic(hidden=critic_hidden)
+    adam = optax.adam(1e-3)
+    x0, s0 = jnp.zeros((1, num_pixels)), jnp.zeros((1, length, 2))
+
+    def init_member(key):
+        ka, kb, kca, kcb = jax.random.split(key, 4)
+        params = {"gen_a": gen.init(ka, x0)["params"], "gen_b": gen.init(kb, x0)["params"],
+                  "critic_a": critic.init(kca, x0, s0)["params"], "critic_b": critic.init(kcb, x0, s0)["params"]}
+        probe = {"kernel": jnp.zeros((hidden[-1], num_classes)), "bias": jnp.zeros((num_classes,))}
+        return Agents(params, adam.init(params), probe, adam.init(probe))
+
+    return init_member
+
+
+def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes: int) -> AgentFunctions:
+    """The pure functions of a population whose members all send messages of ``length`` symbols.
+
+    One step of a member (Algorithm 4): a minibatch, each agent's view of it, relaxed
+    Gumbel-softmax messages (or hard samples under REINFORCE), each agent's MI loss with its
+    critic, the level's likelihood terms, one Adam step on generators and critics (none
+    for frozen members), one Adam step of the probe on B's stopped features. The step is
+    written for one member and lifted to S by :func:`jaxcomm.population.lift`.
+
+    Args:
+      config: the agents' config.
+      length: L of every member.
+      num_pixels: P.
+      num_classes: C of the probe.
+
+    The cross-entropy is averaged over heads here; :func:`member_arrays` scales the weights
+    of "sum" members by L.
+    """
+    norm = "mean"
+    gen = MessageGenerator(hidden=config.hidden, length=length)
+    critic = Critic(hidden=config.critic_hidden)
+    optimizer = optax.adam(config.learning_rate)
+    probe_opt = optax.adam(config.probe_learning_rate)
+    tau = lambda t: temperature(t, init=config.tau_init, decay=config.tau_decay, every=config.tau_every,
+                                floor=config.tau_floor)
+    reinforce = config.estimator == "reinforce"
+
+    init_member = _member_init(tuple(config.hidden), config.critic_hidden, length, num_pixels, num_classes)
+
+    def critic_fn(p):
+        return lambda method, x, *s: critic.apply({"params": p}, x, *s, method=method)
+
+    def member_step(agents: Agents, arrays: MemberArrays, t, data: TrainData):
+        k = jax.random.fold_in(arrays.key, t)
+        k_batch, k_a, k_b = jax.random.split(k, 3)
+        idx = jax.random.randint(k_batch, (config.batch_size,), 0, data.labels.shape[0])
+        x = to_unit_float(data.images[idx]).reshape(config.batch_size, -1)
+        xa = apply_view(x, arrays.invert_a, arrays.keep_a)
+        xb = apply_view(x, arrays.invert_b, arrays.keep_b)
+        temp = tau(t)
+
+        def loss_fn(params):
+            logits_a, _ = gen.apply({"params": params["gen_a"]}, xa)
+            logits_b, feat_b = gen.apply({"params": params["gen_b"]}, xb)
+            if reinforce:
+                msg_a, lp_a = sample_message(k_a, logits_a)
+                msg_b, lp_b = sample_message(k_b, logits_b)
+                log_a, log_b = jax.nn.log_softmax(logits_a, -1), jax.nn.log_softmax(logits_b, -1)
+            else:
+                log_a = log_relaxed(logits_a, gumbel_noise(k_a, logits_a.shape), temp)
+                log_b = log_relaxed(logits_b, gumbel_noise(k_b, logits_b.shape), temp)
+                msg_a, msg_b = jnp.exp(log_a), jnp.exp(log_b)
+            info_a, pos_a, neg_a = info_loss(config.critic, critic_fn(params["critic_a"]), xa, msg_a)
+            info_b, pos_b, neg_b = info_loss(config.critic, critic_fn(params["critic_b"]), xb, msg_b)
+            comm = communication_loss(arrays.level, msg_a, log_a, msg_b, log_b, norm)
+            total = info_a + info_b + comm
+            if reinforce:  # the senders' gradients through their sampled messages
+                lv = arrays.level
+                cost_a = info_cost_per_sample(pos_a, neg_a) + lv.ab_to_sender * lv.weight_ab * \
+                    per_sample_cross_entropy(msg_a, log_b, norm)
+                cost_b = info_cost_per_sample(pos_b, neg_b) + lv.ba_to_sender * lv.weight_ba * \
+                    per_sample_cross_entropy(msg_b, log_a, norm)
+                total = total + reinforce_surrogate(lp_a, cost_a) + reinforce_surrogate(lp_b, cost_b)
+            info = {"info_a": info_a, "info_b": info_b, "comm": comm,
+                    "disc_a": discriminator_accuracy(pos_a, neg_a)}
+            return total, (info, feat_b)
+
+        grads, (info, feat_b) = jax.grad(loss_fn, has_aux=True)(agents.params)
+        updates, opt_state = optimizer.update(grads, agents.opt_state, agents.params)
+        updates = jax.tree_util.tree_map(lambda u: u * (1.0 - arrays.frozen), updates)
+        params = optax.apply_updates(agents.params, updates)
+
+        def probe_loss(probe):
+            logits = jax.lax.stop_gradient(feat_b) @ probe["kernel"] + probe["bias"]
+            return optax.softmax_cross_entropy_with_integer_labels(logits, data.labels[idx]).mean()
+
+        p_loss, p_grads = jax.value_and_grad(probe_loss)(agents.probe)
+        p_updates, p_state = probe_opt.update(p_grads, agents.probe_opt, agents.probe)
+        probe = optax.apply_updates(agents.probe, p_updates)
+        return Agents(params, opt_state, probe, p_state), {**info, "probe": p_loss}
+
+    lifted_step = population.lift(member_step, backend=config.backend, in_axes=(0, 0, None, None))
+
+    def init(keys):
+        # "loop": one compiled single-member init, shared by every population of the same architecture
+        # (compiling the initialisers costs seconds on CPU; running them costs milliseconds).
+        agents = population.lift(init_member, backend="loop")(keys)
+        return AgentsState(agents, jnp.zeros((), jnp.int32))
+
+    def step(state: AgentsState, data):
+        train, arrays = data
+        agents, info = lifted_step(state.agents, arrays, state.step, train)
+        return AgentsState(agents, state.step + 1), info
+
+    def correct(gen_b, probe, images, labels, weight, invert_b, keep_b):
+        x = apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert_b, keep_b)
+        _, features = gen.apply({"params": gen_b}, x)
+        logits = features @ probe["kernel"] + probe["bias"]
+        return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
+
+    lifted_correct = population.lift(correct, backend=config.backend, in_axes=(0, 0, None, None, None, 0, 0))
+    evaluate = jax.jit(lambda gen_b, probe, images, labels, weight, arrays: lifted_correct(
+        gen_b, probe, images, labels, weight, arrays.invert_b, arrays.keep_b))
+
+    def diagnose_member(params, images, invert_a, keep_a, invert_b, keep_b):
+        x = to_unit_float(images).reshape(images.shape[0], -1)
+        out = {}
+        hard = {}
+        for agent, inv, keep in (("a", invert_a, keep_a), ("b", invert_b, keep_b)):
+            view = apply_view(x, inv, keep)
+            logits, _ = gen.apply({"params": params[f"gen_{agent}"]}, view)
+            msg = hard_message(logits)
+            scores = critic.apply({"params": params[f"critic_{agent}"]}, view, msg, method="pairs")
+            pos, neg = jnp.diagonal(scores), jnp.diagonal(jnp.roll(scores, -1, axis=1))
+            out[f"disc_{agent}"] = discriminator_accuracy(pos, neg)
+            out[f"mi_bits_{agent}"] = infonce_bits(scores)
+            out[f"distinct_{agent}"] = distinct_fraction(msg)
+            hard[agent] = msg
+        out["agreement"] = message_agreement(hard["a"], hard["b"])
+        return out
+
+    # lax.map over members: the [B, B, hidden] pair activations of every member at once would not fit.
+    lifted_diag = population.lift(diagnose_member, backend="map", in_axes=(0, None, 0, 0, 0, 0), map_batch_size=4)
+    diagnose = jax.jit(lambda params, images, arrays: lifted_diag(params, images, arrays.invert_a, arrays.keep_a,
+                                                                  arrays.invert_b, arrays.keep_b))
+    return AgentFunctions(init, step, evaluate, diagnose)
+
+
+def distinct_fraction(msg: jax.Array) -> jax.Array:
+    """Fraction of distinct hard messages in a batch ``[B, L, V]`` (1/B: one constant message)."""
+    bits = jnp.argmax(msg, -1)  # [B, L]
+    same = jnp.all(bits[:, None, :] == bits[None, :, :], axis=-1)  # [B, B]
+    first = ~jnp.any(jnp.tril(same, k=-1), axis=1)  # no earlier identical message
+    return jnp.mean(first)
+
+
+def probe_accuracy(fns: AgentFunctions, gen_b, probe, split: ImageSplit, arrays: MemberArrays) -> np.ndarray:
+    """``[S]`` accuracy (%) of each member's probe on ``split``, through B's view and generator."""
+    return accuracy_in_batches(lambda *batch: fns.evaluate(gen_b, probe, *batch, arrays), split, 2500)
+
+
+def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: ImageDataset, *, length: int,
+                 num_steps: int, progress: bool = True, desc: str | None = None,
+                 checkpointer: Checkpointer | None = None) -> dict:
+    """Trains every member together (one population, :func:`jaxcomm.driver.train`) and tests its best probe.
+
+    Every ``config.eval_every`` steps the driver records each member's probe validation
+    accuracy, the diagnostics on ``config.diag_batch`` validation images and the chunk's
+    mean training losses; its tracker keeps each member's B generator and probe at the best
+    validation accuracy, whose test accuracy is reported (never chosen on).
+
+    Args:
+      config: the agents' config.
+      members: the S members (any levels, seeds, views, normalisations).
+      dataset: images ``[M, side, side, 1]`` uint8 with train, validation and test splits.
+      length: L, symbols per message of every member.
+      num_steps: training steps.
+      progress: draw a progress bar.
+      desc: its label.
+      checkpointer: save every ``checkpointer.every`` steps and on SIGINT/SIGTERM; resumes
+        bit-identically with ``checkpointer.resume``.
+
+    Returns:
+      ``{"members", "seconds", "train_seconds", "steps_done", "status", "interrupted",
+      "final_params", "arrays", "functions"}``. Each member dict holds the member's fields,
+      ``length``, its curve (``steps``, ``val_accuracy``, diagnostics ``disc_a/b``,
+      ``mi_bits_a/b``, ``distinct_a/b``, ``agreement``, training losses ``train_*``),
+      ``best_val``, ``best_step``, ``test_accuracy`` at the best validation step and
+      ``collapsed`` (:func:`detect_collapse` on the final diagnostics). ``final_params``
+      and ``arrays`` have leaves ``[S, ...]``.
+
+    Raises:
+      jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a probe loss left its bounds
+        (naming the member as the node).
+      jaxcomm.driver.Interrupted: a checkpointed run was stopped by a signal (after saving).
+    """
+    require(is_int(length) and length >= 1, "length", "an integer >= 1", length)
+    require(is_int(num_steps) and num_steps >= 1, "num_steps", "an integer >= 1", num_steps)
+    side = dataset.train.images.shape[1]
+    num_pixels = int(np.prod(dataset.train.images.shape[1:]))
+    fns = make_agents(config, length, num_pixels, dataset.num_classes)
+    arrays = member_arrays(config, members, length=length, num_pixels=num_pixels, side=side)
+    diag_images = jnp.asarray(dataset.validation.images[:config.diag_batch])
+    data = (TrainData(jnp.asarray(dataset.train.images), jnp.asarray(dataset.train.labels)), arrays)
+
+    def init(key):  # key = PRNGKey(config.seed): member s starts from fold_in(seed_key(s), 0) at every level
+        return fns.init(jnp.stack([jax.random.fold_in(jax.random.fold_in(key, m.seed), 0) for m in members]))
+
+    def evaluate(state: AgentsState, infos, steps_done):
+        agents = state.agents
+        val = probe_accuracy(fns, agents.params["gen_b"], agents.probe, dataset.validation, arrays)
+        diagnostics = fns.diagnose(agents.params, diag_images, arrays)
+        return {"val_accuracy": val.tolist(),
+                "diagnostics": {k: np.asarray(v).tolist() for k, v in diagnostics.items()},
+                "train": {k: np.asarray(v).mean(0).tolist() for k, v in infos.items()}}
+
+    # The stops watch the probe's cross-entropy [steps, S] (positive, log C at the start): a probe
+    # loss 100x its first value means diverged features. The MI and likelihood losses are left out.
+    system = driver.System(init, fns.step, evaluate, losses=lambda infos: infos["probe"],
+                           postfix=lambda record: {"val": f"{np.median(record['val_accuracy']):.1f}"})
+    tracker = driver.Tracker(score=lambda record: record["val_accuracy"],
+                             keep=lambda state: (state.agents.params["gen_b"], state.agents.probe))
+    start = time.perf_counter()
+    result = driver.train(system, data, num_steps=num_steps, eval_every=config.eval_every,
+                          key=jax.random.PRNGKey(config.seed), tracker=tracker, progress=progress, desc=desc,
+                          checkpointer=checkpointer)
+    seconds = time.perf_counter() - start
+    best, history = result["best"], result["history"]
+    test = probe_accuracy(fns, *best.kept, dataset.test, arrays)
+    out = []
+    for i, m in enumerate(members):
+        curve = {"steps": [r["step"] for r in history],
+                 "val_accuracy": [round(float(r["val_accuracy"][i]), 3) for r in history]}
+        for key in history[0]["diagnostics"] if history else ():
+            curve[key] = [round(float(r["diagnostics"][key][i]), 4) for r in history]
+        for key in history[0]["train"] if history else ():
+            curve[f"train_{key}"] = [round(float(r["train"][key][i]), 5) for r in history]
+        final = {k: v[-1] for k, v in curve.items() if k not in ("steps", "val_accuracy") and v}
+        collapsed = bool(detect_collapse(0.5 * (final.get("disc_a", 1.0) + final.get("disc_b", 1.0)),
+                                         final.get("agreement", 0.0))) if final else False
+        out.append({**m._asdict(), "length": length, **curve, "best_val": float(best.score[i]),
+                    "best_step": int(best.step[i]), "test_accuracy": float(test[i]), "collapsed": collapsed})
+    return {"members": out, "seconds": seconds, "train_seconds": result["train_seconds"],
+            "steps_done": result["steps_done"], "status": result["status"], "interrupted": result["interrupted"],
+            "final_params": result["state"].agents.params, "arrays": arrays, "functions": fns}

@@ -19,12 +19,18 @@ Algorithm 2:
 
 Nodes only ever gather images of their own shard or of a message they popped.
 
-A node's code is a :class:`NodeProgram` (init, train step, predict), written for
-ONE node; :func:`classifier_program` is the thesis' supervised node and other
-programs (e.g. unsupervised ones) plug into the same step. With
-``gossip_every = k`` nodes also average their parameters with their
-in-neighbours every k steps (the decentralised baseline). :func:`fit` is the
-one training driver, shared with :mod:`jaxcomm.data_parallel`.
+The extension points are values:
+
+* the graph: a bool ``[N, N]`` array (``adj[i, j]``: i sends to j) or a function
+  ``(key, step) -> [N, N]`` (:mod:`jaxcomm.topology`), or the config's named topology;
+* the message content: an :class:`jaxcomm.exchange.Exchange`, or the config's named content;
+* the node: any Flax classifier returning ``(logits, features)``, or a
+  :class:`NodeProgram` (init, train step, predict) written for ONE node, such as
+  the unsupervised nodes of :mod:`jaxcomm.unsupervised`.
+
+The step is composed of small parts (:func:`failure_process`, :func:`augmentation`,
+:func:`gossip`, the inbox's pop and push) and :func:`train_network` runs it with
+the one driver, :func:`jaxcomm.driver.train`.
 
 References:
   Lacaille (2018), §2.2.2-2.2.3, Algorithm 2.
@@ -34,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -44,15 +49,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import decision, inbox, population, runner, speed, topology
+from jaxcomm import decision, driver, inbox, population, speed, topology
+from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset, partition
+from jaxcomm.exchange import CONTENTS, cross_entropy
 from jaxcomm.models import to_unit_float
 from jaxcomm.validation import is_int, is_real, require
 
-CONTENTS = ("none", "true_labels", "logits", "features")
 INBOX_ON_FAILURE = ("keep", "lose")
-TOPOLOGIES = ("ring", "full", "random", "time_varying")
+TOPOLOGIES = topology.NAMES
 PARTITIONS = ("iid", "dirichlet")
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -65,14 +71,18 @@ class NetworkConfig:
       num_nodes: N.
       topology: one of :data:`TOPOLOGIES`; "random" is a fixed random graph with
         ``num_neighbours`` out-neighbours per node, "time_varying" draws a new
-        one every ``redraw_every`` steps.
-      num_neighbours: p, out-neighbours per node (ignored by "full").
+        one every ``redraw_every`` steps. A graph passed to :func:`make_network`
+        by value replaces it.
+      num_neighbours: p, out-neighbours per node (ignored by "full" and
+        "exponential"); default ``min(2, num_nodes - 1)``.
       redraw_every: steps between graphs of the "time_varying" topology.
       broadcast_prob: p_b, chance a node broadcasts each step.
       consume_prob: p_c, chance a node trains on its inbox instead of local data.
       rebroadcast: whether consumed data may be broadcast again (the thesis: yes);
         if False, a node only broadcasts minibatches of its own shard.
-      content: what a message carries, one of :data:`CONTENTS`.
+      content: what a message carries, one of :data:`jaxcomm.exchange.CONTENTS`
+        (:func:`jaxcomm.exchange.named`); an exchange passed to
+        :func:`make_network` by value replaces it.
       temperature: tau of the soft labels made from received logits.
       consumed_weight: scale of the loss on consumed data.
       inbox_capacity: K, messages an inbox holds.
@@ -112,7 +122,7 @@ class NetworkConfig:
 
     num_nodes: int = 10
     topology: str = "ring"
-    num_neighbours: int = 2
+    num_neighbours: int | None = None
     redraw_every: int = 100
     broadcast_prob: float = 0.5
     consume_prob: float = 0.5
@@ -141,8 +151,10 @@ class NetworkConfig:
 
     def __post_init__(self):
         require(is_int(self.num_nodes) and self.num_nodes >= 1, "num_nodes", "an integer >= 1", self.num_nodes)
+        if self.num_neighbours is None:
+            object.__setattr__(self, "num_neighbours", min(2, self.num_nodes - 1))
         require(self.topology in TOPOLOGIES, "topology", f"one of {TOPOLOGIES}", self.topology)
-        if self.topology != "full":
+        if self.topology not in ("full", "exponential"):
             require(
                 is_int(self.num_neighbours) and 0 <= self.num_neighbours <= self.num_nodes - 1,
                 "num_neighbours",
@@ -281,27 +293,6 @@ def local_batches(key: jax.Array, data: NetworkData, batch_size: int) -> jax.Arr
     return jnp.take_along_axis(data.shard_indices, position, axis=1)
 
 
-def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Mean over the batch of ``-sum_j y_j log f(x)_j`` (eq. 2.2.2); targets ``[B, C]``."""
-    return -jnp.mean(jnp.sum(targets * jax.nn.log_softmax(logits), axis=-1))
-
-
-def feature_mse(features: jax.Array, targets: jax.Array) -> jax.Array:
-    """Mean over the batch of ``sum_k (h_k - h'_k)^2 / 2`` (eq. 2.2.3); ``[B, F]``."""
-    return jnp.mean(0.5 * jnp.sum(jnp.square(features - targets), axis=-1))
-
-
-def consumed_loss(content: str, logits, features, payload, temperature: float) -> jax.Array:
-    """The loss on consumed data for each kind of content (eqs. 2.2.1-2.2.3)."""
-    if content == "true_labels":
-        return cross_entropy(logits, payload)
-    if content == "logits":
-        return cross_entropy(logits, jax.nn.softmax(payload / temperature))
-    if content == "features":
-        return feature_mse(features, payload)
-    raise ValueError(f"content must be one of {CONTENTS[1:]} for a consumed loss, got {content!r}")
-
-
 def apply_classifier(model: nn.Module, params, model_state, x: jax.Array, *, train: bool, key=None):
     """``((logits [B, C], features [B, F]), model_state)`` of a classifier on float images ``x``.
 
@@ -330,71 +321,88 @@ class NodeProgram(NamedTuple):
       predict: ``predict(state, images [M, H, W, C] uint8) -> [M, ...]``: class
         probabilities of a classifier, features of an unsupervised model.
       payload_dim: D, the width of a message's payload.
-      family: the benchmark family of :func:`jaxcomm.speed.choose` ("cnn", ...).
+      family: the speed family of :func:`jaxcomm.speed.choose`; None measures it
+        from what ``train`` computes (:func:`jaxcomm.speed.family_of`).
     """
 
     init: Callable[[jax.Array], population.NodeState]
     train: Callable[..., tuple[population.NodeState, tuple[jax.Array, jax.Array]]]
     predict: Callable[[population.NodeState, jax.Array], jax.Array]
     payload_dim: int
-    family: str = "other"
+    family: str | None = None
 
 
-def learning_rate(config: NetworkConfig) -> float | optax.Schedule:
+def learning_rate(config) -> float | optax.Schedule:
     """Adam's step size for ``config.lr_schedule``: a constant, or a schedule of the update count.
 
-    Reads ``learning_rate``, ``lr_schedule`` and ``num_steps`` (of a network's or a
-    :class:`jaxcomm.data_parallel.DataParallelConfig`).
+    Reads ``learning_rate``, ``lr_schedule`` and ``num_steps`` of a :class:`NetworkConfig` (or any
+    config with those fields).
     """
     if config.lr_schedule == "cosine":
         return optax.cosine_decay_schedule(config.learning_rate, decay_steps=max(config.num_steps, 1))
     return config.learning_rate
 
 
-def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],
-                       num_classes: int) -> NodeProgram:
-    """The thesis' supervised node: cross-entropy on local labels, the content's loss on consumed data.
-
-    Args:
-      config: reads ``content``, ``consumed_weight``, ``temperature``, ``learning_rate``,
-        ``lr_schedule`` and (for its horizon) ``num_steps``.
-      model: a Flax classifier ``model(x [B, H, W, C], train=bool) -> (logits
-        [B, C], features [B, F])``; dropout, if any, uses the "dropout" rng.
-      image_shape: ``(H, W, C)`` of one image.
-      num_classes: C.
-    """
-    content = config.content
-    optimizer = optax.adam(learning_rate(config))
+def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
+                    image_shape: tuple[int, ...]) -> Callable[[jax.Array], population.NodeState]:
+    """``init(key) -> NodeState`` of one Flax classifier with ``optimizer``'s state."""
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
-    feature_shape = jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape
-    payload_dim = feature_shape[-1] if content == "features" else num_classes
 
     def init_node(key: jax.Array) -> population.NodeState:
         variables = dict(model.init(key, dummy))
         params = variables.pop("params")
         return population.NodeState(params, variables, optimizer.init(params))
 
+    return init_node
+
+
+def classifier_predict(model: nn.Module) -> Callable[[population.NodeState, jax.Array], jax.Array]:
+    """``predict(state, images uint8 [M, H, W, C]) -> probs [M, C]`` of one Flax classifier node."""
+
+    def predict_node(state: population.NodeState, images):
+        (logits, _), _ = apply_classifier(model, state.params, state.model_state, to_unit_float(images), train=False)
+        return jax.nn.softmax(logits)
+
+    return predict_node
+
+
+def feature_dim(model: nn.Module, image_shape: tuple[int, ...]) -> int:
+    """F, the width of a classifier's features (from shapes only)."""
+    dummy = jnp.zeros((1, *image_shape), jnp.float32)
+    return jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape[-1]
+
+
+def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
+                       exchange: exchanges.Exchange | None = None) -> NodeProgram:
+    """The thesis' supervised node: cross-entropy on local labels, the exchange's loss on consumed data.
+
+    Args:
+      config: reads ``consumed_weight``, ``learning_rate``, ``lr_schedule`` and (for
+        its horizon) ``num_steps``; and ``content``/``temperature`` if no exchange is given.
+      model: a Flax classifier ``model(x [B, H, W, C], train=bool) -> (logits
+        [B, C], features [B, F])``; dropout, if any, uses the "dropout" rng.
+      image_shape: ``(H, W, C)`` of one image.
+      num_classes: C.
+      exchange: what messages carry (default :func:`jaxcomm.exchange.named` of the config).
+    """
+    exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
+    optimizer = optax.adam(learning_rate(config))
+    payload_dim = int(exchange.payload_dim(num_classes, feature_dim(model, image_shape)))
     apply = functools.partial(apply_classifier, model)
 
     def loss_fn(params, model_state, images, local_targets, payload, consumed, key):
         (logits, features), model_state = apply(params, model_state, to_unit_float(images), train=True, key=key)
         loss = cross_entropy(logits, local_targets)
-        if content != "none":
-            received = config.consumed_weight * consumed_loss(content, logits, features, payload, config.temperature)
-            loss = jnp.where(consumed, received, loss)
+        if not exchange.sends:
+            return loss, (model_state, payload)
+        received = config.consumed_weight * exchange.loss(logits, features, payload)
+        loss = jnp.where(consumed, received, loss)
         # What this node would broadcast about the batch it just trained on.
-        if content == "true_labels":
-            outgoing = jnp.where(consumed, payload, local_targets)
-        else:
-            outgoing = {"logits": logits, "features": features, "none": payload}[content]
+        outgoing = exchange.outgoing(logits, features, local_targets, payload, consumed)
         return loss, (model_state, jax.lax.stop_gradient(outgoing))
 
-    def predict_node(state: population.NodeState, images):
-        (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
-        return jax.nn.softmax(logits)
-
-    return NodeProgram(init_node, population.make_train_step(loss_fn, optimizer), predict_node, payload_dim,
-                       speed.model_family(model))
+    return NodeProgram(classifier_init(model, optimizer, image_shape), population.make_train_step(loss_fn, optimizer),
+                       classifier_predict(model), payload_dim)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,6 +418,9 @@ class Network:
       payload_dim: D, the width of a message's payload.
       backend: the lift's backend ("auto" resolved).
       step_loop: "scan" or "dispatch" ("auto" resolved).
+      exchange: what messages carry.
+      message_bytes: bytes of one message on the wire (:func:`jaxcomm.exchange.message_bytes`).
+      family: the speed family the backend was chosen for.
     """
 
     config: NetworkConfig
@@ -419,114 +430,158 @@ class Network:
     payload_dim: int
     backend: str
     step_loop: str
+    exchange: exchanges.Exchange
+    message_bytes: int
+    family: str
 
 
-def make_network(config: NetworkConfig, model: nn.Module | NodeProgram, *, image_shape: tuple[int, ...],
-                 num_classes: int) -> Network:
+def failure_process(config: NetworkConfig) -> Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+    """``failures(up [N], step [], key) -> (up, alive)``: random outages evolve, then the schedule applies.
+
+    An up node goes down with probability ``failure_prob``, a down one comes back with
+    ``1 / failure_steps``; ``alive`` also removes the nodes of ``failure_schedule`` for this step.
+    """
+    n = config.num_nodes
+    schedule = np.asarray(config.failure_schedule, np.int32).reshape(-1, 3)
+
+    def failures(up: jax.Array, step: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        k_down, k_back = jax.random.split(key)
+        down = jax.random.bernoulli(k_down, config.failure_prob, (n,))
+        back = jax.random.bernoulli(k_back, 1.0 / config.failure_steps, (n,))
+        up = jnp.where(up, ~down, back)
+        out = (schedule[:, 1] <= step) & (step < schedule[:, 2])  # [outages]
+        scheduled = jnp.zeros((n,), bool).at[schedule[:, 0]].max(out)
+        return up, up & ~scheduled
+
+    return failures
+
+
+def augmentation(num_nodes: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``augment(key, images [N, B, H, W, C]) -> images``: every node's own flips and crops."""
+    return lambda key, images: jax.vmap(flip_and_crop)(jax.random.split(key, num_nodes), images)
+
+
+def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState], population.NodeState]:
+    """``mix(step [], live_adj [N, N], nodes) -> nodes``: every ``every`` steps, each node's parameters and
+    model state become the average of its own and its in-neighbours' (:func:`jaxcomm.topology.mixing_matrix`)."""
+
+    def mix(step: jax.Array, live_adj: jax.Array, nodes: population.NodeState) -> population.NodeState:
+        # A cond, not a select: the averaging runs only on the steps it is due.
+        params, model_state = jax.lax.cond(
+            (step + 1) % every == 0,
+            lambda tree: topology.mix(topology.mixing_matrix(live_adj), tree), lambda tree: tree,
+            (nodes.params, nodes.model_state))
+        return nodes._replace(params=params, model_state=model_state)
+
+    return mix
+
+
+def make_network(
+    config: NetworkConfig,
+    model: nn.Module | NodeProgram,
+    *,
+    image_shape: tuple[int, ...],
+    num_classes: int,
+    graph: np.ndarray | jax.Array | topology.GraphFn | None = None,
+    exchange: exchanges.Exchange | None = None,
+) -> Network:
     """Builds the pure functions of a network of ``model`` nodes.
 
     Args:
       config: the network.
-      model: a :class:`NodeProgram`, or a Flax classifier made into one by
-        :func:`classifier_program`.
+      model: a Flax classifier returning ``(logits, features)`` (made a node by
+        :func:`classifier_program`), or a :class:`NodeProgram`.
       image_shape: ``(H, W, C)`` of one image.
       num_classes: C, the width of the one-hot local targets.
+      graph: who sends to whom: a bool ``[N, N]`` array (``adj[i, j]``: i sends
+        to j, no self-loops) or a function ``(key, step) -> bool [N, N]``
+        evaluated at every step; None: the config's named topology.
+      exchange: what messages carry (:class:`jaxcomm.exchange.Exchange`); None:
+        the config's named content. A :class:`NodeProgram` makes its own payload;
+        the exchange then only says whether messages are sent and their bytes.
 
     Returns:
       A :class:`Network`.
-    """
-    program = model if isinstance(model, NodeProgram) else classifier_program(
-        config, model, image_shape=image_shape, num_classes=num_classes)
-    n, b, content, payload_dim = config.num_nodes, config.batch_size, config.content, program.payload_dim
-    backend, step_loop = speed.choose(program.family, n, batch_size=b, backend=config.backend,
-                                      step_loop=config.step_loop)
-    node_step = population.lift(program.train, backend=backend)
-    init_node = program.init
-    predict = jax.jit(population.lift(program.predict, backend=backend, in_axes=(0, None)))
 
-    def graph(key: jax.Array, step) -> jax.Array:
-        if config.topology == "ring":
-            return jnp.asarray(topology.ring(n, config.num_neighbours))
-        if config.topology == "full":
-            return jnp.asarray(topology.full(n))
-        if config.topology == "random":
-            return topology.random_graph(key, n, config.num_neighbours)
-        return topology.graph_at(key, step, num_nodes=n, num_neighbours=config.num_neighbours,
-                                 every=config.redraw_every)
+    Raises:
+      ValueError: a graph of the wrong shape, or with self-loops.
+    """
+    n, b = config.num_nodes, config.batch_size
+    exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
+    if not isinstance(exchange, exchanges.Exchange):
+        raise TypeError(f"exchange must be a jaxcomm.exchange.Exchange, got {type(exchange).__name__}")
+    program = model if isinstance(model, NodeProgram) else classifier_program(
+        config, model, image_shape=image_shape, num_classes=num_classes, exchange=exchange)
+    payload_dim, sends = program.payload_dim, exchange.sends
+    if graph is None:
+        graph_fn, dynamic = topology.named(config.topology, n, num_neighbours=config.num_neighbours,
+                                           redraw_every=config.redraw_every)
+    else:
+        graph_fn, dynamic = topology.as_graph_fn(graph, n)
+    family = program.family or speed.family_of(
+        program.train, jax.eval_shape(program.init, jax.random.PRNGKey(0)),
+        jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8), jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+        jax.ShapeDtypeStruct((b, payload_dim), jnp.float32), jax.ShapeDtypeStruct((), bool), jax.random.PRNGKey(0))
+    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
+    node_step = population.lift(program.train, backend=backend)
+    predict = jax.jit(population.lift(program.predict, backend=backend, in_axes=(0, None)))
+    failures = failure_process(config) if config.has_failures else None
+    augment = augmentation(n) if config.augment else None
+    mix = gossip(config.gossip_every) if config.gossip_every else None
+    lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
 
     def init(key: jax.Array) -> NetworkState:
         node_key, run_key, graph_key = jax.random.split(key, 3)
-        nodes = population.init_population(init_node, node_key, n, backend=backend)
-        box = None
-        if content != "none":
-            box = inbox.init(n, config.inbox_capacity, b, payload_dim)
+        nodes = population.init_population(program.init, node_key, n, backend=backend)
+        box = inbox.init(n, config.inbox_capacity, b, payload_dim) if sends else None
         everyone = jnp.ones((n,), bool)
-        return NetworkState(nodes, box, graph(graph_key, 0), jnp.zeros((), jnp.int32), run_key, graph_key,
-                            everyone, everyone)
-
-    schedule = np.asarray(config.failure_schedule, np.int32).reshape(-1, 3)
-
-    def failures(state: NetworkState, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``(up, alive)`` for this step: random outages evolve, then the schedule applies."""
-        k_down, k_back = jax.random.split(key)
-        down = jax.random.bernoulli(k_down, config.failure_prob, (n,))
-        back = jax.random.bernoulli(k_back, 1.0 / config.failure_steps, (n,))
-        up = jnp.where(state.up, ~down, back)
-        out = (schedule[:, 1] <= state.step) & (state.step < schedule[:, 2])  # [outages]
-        scheduled = jnp.zeros((n,), bool).at[schedule[:, 0]].max(out)
-        return up, up & ~scheduled
+        return NetworkState(nodes, box, jnp.asarray(graph_fn(graph_key, jnp.zeros((), jnp.int32)), bool),
+                            jnp.zeros((), jnp.int32), run_key, graph_key, everyone, everyone)
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         key, k_consume, k_broadcast, k_sample, k_nodes = jax.random.split(state.key, 5)
         want = jax.random.bernoulli(k_consume, config.consume_prob, (n,))
         broadcast = jax.random.bernoulli(k_broadcast, config.broadcast_prob, (n,))
         up, alive, box = state.up, state.alive, state.inbox
-        if config.has_failures:  # a separate key stream: runs without failures are unchanged
+        if failures is not None:  # a separate key stream: runs without failures are unchanged
             key, k_fail = jax.random.split(key)
-            up, alive = failures(state, k_fail)
+            up, alive = failures(state.up, state.step, k_fail)
             want, broadcast = want & alive, broadcast & alive
-            if content != "none" and config.inbox_on_failure == "lose":
+            if lose_inbox:
                 box = inbox.clear(box, state.alive & ~alive)
         local = local_batches(k_sample, data, b)  # [N, B]
         local_targets = jax.nn.one_hot(data.labels[local], num_classes)
         got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
         indices = local
-        if content != "none":
+        if sends:
             box, message, got = inbox.pop(box, want & (config.consume_prob > 0))
             indices = jnp.where(got[:, None], message.indices, local)
             payload, source = message.payload, jnp.where(got, message.sender, -1)
         images = data.images[indices]  # [N, B, H, W, C] uint8
-        if config.augment:  # its own key: runs without augmentation are unchanged
+        if augment is not None:  # its own key: runs without augmentation are unchanged
             key, k_augment = jax.random.split(key)
-            images = jax.vmap(flip_and_crop)(jax.random.split(k_augment, n), images)
+            images = augment(k_augment, images)
         nodes, (loss, outgoing) = node_step(state.nodes, images, local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
-        if config.has_failures:  # a failed node keeps its parameters and optimiser state
+        if failures is not None:  # a failed node keeps its parameters and optimiser state
             nodes = population.where(alive, nodes, state.nodes)
-        adj = state.adj
-        if config.gossip_every:
-            live = adj & alive[:, None] & alive[None, :] if config.has_failures else adj
-            # A cond, not a select: the averaging runs only on the steps it is due.
-            params, model_state = jax.lax.cond(
-                (state.step + 1) % config.gossip_every == 0,
-                lambda tree: topology.mix(topology.mixing_matrix(live), tree), lambda tree: tree,
-                (nodes.params, nodes.model_state))
-            nodes = nodes._replace(params=params, model_state=model_state)
+        if mix is not None:
+            live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
+            nodes = mix(state.step, live, nodes)
+        adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got
-        if content != "none":
-            if config.topology == "time_varying":
-                adj = jax.lax.cond(state.step % config.redraw_every == 0,
-                                   lambda: graph(state.graph_key, state.step), lambda: state.adj)
+        if sends:
             sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
                                  jnp.full((n,), state.step, jnp.int32))
-            receivers = adj & alive[None, :] if config.has_failures else adj
+            receivers = adj & alive[None, :] if failures is not None else adj
             box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
         new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=key, up=up, alive=alive)
-        return new_state, StepInfo(loss, got, broadcast & (content != "none"), indices, source, alive)
+        return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
 
-    return Network(config, init, step, predict, payload_dim, backend, step_loop)
+    return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange,
+                   exchanges.message_bytes(exchange, b, payload_dim), family)
 
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
@@ -569,16 +624,18 @@ def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | N
     Returns:
       ``avg_accuracy`` (mean over all nodes), ``node_accuracies`` ``[N]``,
       ``collective_accuracy`` per weighting of :data:`jaxcomm.decision.WEIGHTINGS`
-      over the reachable nodes, and ``reachable`` (how many), all computed from
-      the same predictions.
+      over the reachable nodes (each None when no node is reachable: there is no
+      collective decision to take), and ``reachable`` (how many), all computed
+      from the same predictions.
     """
     probs, labels = jnp.asarray(probs), jnp.asarray(labels)
     mask = None if reachable is None else jnp.asarray(reachable, bool)
     per_node = 100.0 * np.asarray(decision.node_accuracies(probs, labels))
-    collective = {w: 100.0 * float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
-                  for w in decision.WEIGHTINGS}
+    count = len(per_node) if mask is None else int(mask.sum())
+    collective = {w: (100.0 * float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
+                      if count else None) for w in decision.WEIGHTINGS}
     return {"avg_accuracy": float(per_node.mean()), "node_accuracies": per_node.tolist(),
-            "collective_accuracy": collective, "reachable": len(per_node) if mask is None else int(mask.sum())}
+            "collective_accuracy": collective, "reachable": count}
 
 
 def counter_totals(state) -> dict:
@@ -600,74 +657,30 @@ def accuracy_evaluator(split) -> Callable[[Network, NetworkState, int], dict]:
     return evaluator
 
 
-def fit(
-    network,
-    data,
-    evaluator: Callable[..., dict],
-    *,
-    progress: bool = True,
-    desc: str | None = None,
-    checkpointer: Checkpointer | None = None,
-) -> dict:
-    """Trains ``network`` from ``network.init(PRNGKey(seed))`` and evaluates it every ``eval_every`` steps.
+def progress_postfix(record: dict) -> dict:
+    """The average and negentropy-collective accuracies of a record, for a progress bar."""
+    shown = {}
+    if record.get("avg_accuracy") is not None:
+        shown["avg"] = f"{record['avg_accuracy']:.1f}"
+    collective = record.get("collective_accuracy")
+    if isinstance(collective, dict) and "negentropy" in collective:
+        shown["coll"] = "-" if collective["negentropy"] is None else f"{collective['negentropy']:.1f}"
+    return shown
 
-    The one training driver of every system built on the network step (a
-    :class:`Network`, or any object with its ``config``, ``init``, ``step`` and
-    ``step_loop`` whose step returns a :class:`StepInfo`, such as
-    :func:`jaxcomm.data_parallel.make_data_parallel`).
 
-    Args:
-      network: the system; its config gives ``num_steps``, ``eval_every`` and ``seed``.
-      data: the arrays its step reads (:func:`network_data`).
-      evaluator: ``evaluator(network, state, steps_done) -> dict`` of metrics,
-        merged into the history record; an "avg_accuracy" and a "collective_accuracy"
-        dict with "negentropy" show in the progress bar.
-      progress: draw a progress bar.
-      desc: its label.
-      checkpointer: saves the whole state and the history every
-        ``checkpointer.every`` steps and on SIGINT/SIGTERM, and resumes from it
-        (:func:`jaxcomm.runner.run_in_chunks`); a resumed run ends with exactly
-        the history of an uninterrupted one.
+def system(network: Network, evaluator: Callable[[Network, NetworkState, int], dict]) -> driver.System:
+    """The network as a :class:`jaxcomm.driver.System`: its step, and records of losses, evaluator metrics
+    and inbox counters."""
 
-    Raises:
-      jaxcomm.runner.NonFiniteLoss: a node's loss became NaN or infinite.
-      jaxcomm.runner.Interrupted: a checkpointed run was interrupted (after saving).
-
-    Returns:
-      A dict with ``history`` (one record per evaluation: step, losses, the
-      evaluator's metrics, inbox counters), ``final`` (the last record), ``state``,
-      ``steps_done``, ``interrupted`` and ``train_seconds``.
-    """
-    config = network.config
-    state = network.init(jax.random.PRNGKey(config.seed))
-    history: list[dict] = []
-    start = time.perf_counter()
-
-    def record(steps_done: int, state, infos: StepInfo) -> dict:
+    def evaluate_(state: NetworkState, infos: StepInfo, steps_done: int) -> dict:
         metrics = evaluator(network, state, steps_done)
         infos = population.to_host(infos)
-        entry = {"step": steps_done, "loss": float(np.mean(infos.loss)),
-                 "consumed_fraction": float(np.mean(infos.consumed)),
-                 "alive_fraction": float(np.mean(infos.alive)), **metrics,
-                 "counters": counter_totals(state), "seconds": time.perf_counter() - start}
-        history.append(entry)
-        shown = {}
-        if "avg_accuracy" in metrics:
-            shown["avg"] = f"{metrics['avg_accuracy']:.1f}"
-        if isinstance(metrics.get("collective_accuracy"), dict) and "negentropy" in metrics["collective_accuracy"]:
-            shown["coll"] = f"{metrics['collective_accuracy']['negentropy']:.1f}"
-        return shown
+        return {"loss": float(np.mean(infos.loss)), "consumed_fraction": float(np.mean(infos.consumed)),
+                "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counter_totals(state)}
 
-    summarize = lambda info: info._replace(indices=info.indices[:, :0])
-    result = runner.run_in_chunks(network.step, state, data, num_steps=config.num_steps,
-                                  chunk_size=config.eval_every, summarize=summarize, on_chunk=record,
-                                  progress=progress, desc=desc, scan=network.step_loop == "scan",
-                                  loss_of=lambda infos: infos.loss, checkpointer=checkpointer,
-                                  metrics=lambda: {"history": history},
-                                  restore_metrics=lambda saved: history.extend(saved["history"]))
-    return {"history": history, "final": history[-1] if history else None, "state": result.state,
-            "steps_done": result.steps_done, "interrupted": result.interrupted,
-            "train_seconds": result.seconds}
+    return driver.System(network.init, network.step, evaluate_, losses=lambda infos: infos.loss,
+                         summarize=lambda info: info._replace(indices=info.indices[:, :0]),
+                         step_loop=network.step_loop, postfix=progress_postfix)
 
 
 def train_network(
@@ -675,31 +688,52 @@ def train_network(
     model: nn.Module | NodeProgram,
     dataset: ImageDataset,
     *,
+    graph: np.ndarray | jax.Array | topology.GraphFn | None = None,
+    exchange: exchanges.Exchange | None = None,
     eval_split: str = "test",
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     evaluator: Callable[[Network, NetworkState, int], dict] | None = None,
+    divergence: float | None = 100.0,
 ) -> dict:
-    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`fit`).
+    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`jaxcomm.driver.train`).
 
     Args:
       config: the network and its schedule.
       model: a Flax classifier returning ``(logits, features)``, or a :class:`NodeProgram`.
       dataset: images and labels; the training split is sharded over the nodes.
+      graph: a bool ``[N, N]`` array or a function ``(key, step) -> bool [N, N]``
+        (see :func:`make_network`); None: the config's topology.
+      exchange: a :class:`jaxcomm.exchange.Exchange`; None: the config's content.
       eval_split: "test" or "validation", the split the default evaluator uses.
       progress: draw a progress bar.
       desc: its label.
-      checkpointer: see :func:`fit`.
+      checkpointer: saves and resumes the run (bit-identical, see :func:`jaxcomm.driver.train`).
       evaluator: ``evaluator(network, state, steps_done) -> dict``; default
         :func:`accuracy_evaluator` on ``eval_split`` (classifier nodes).
+      divergence: stop once a node's loss exceeds this multiple of the mean loss
+        at the run's first step (None: only non-finite losses stop).
+
+    Raises:
+      jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a node's loss left its
+        bounds (the error names the node and step).
+      jaxcomm.driver.Interrupted: a checkpointed run was interrupted (after saving).
 
     Returns:
-      :func:`fit`'s dict: ``history``, ``final``, ``state``, ``steps_done``,
-      ``interrupted``, ``train_seconds``.
+      :func:`jaxcomm.driver.train`'s dict: ``history`` (one record per evaluation:
+      step, loss, consumed and alive fractions, the evaluator's metrics, inbox
+      counters), ``final`` (the last record; None if interrupted before the first
+      evaluation), ``status``, ``interrupted``, ``state``, ``steps_done``,
+      ``train_seconds``; plus ``network`` (the :class:`Network`) and
+      ``unreachable_evaluations`` (evaluations at which every node was down:
+      no collective decision, its accuracies None).
     """
     network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
-                           num_classes=dataset.num_classes)
+                           num_classes=dataset.num_classes, graph=graph, exchange=exchange)
     evaluator = evaluator or accuracy_evaluator(getattr(dataset, eval_split))
-    return fit(network, network_data(dataset, config), evaluator, progress=progress, desc=desc,
-               checkpointer=checkpointer)
+    result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
+                          eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
+                          desc=desc, checkpointer=checkpointer, divergence=divergence)
+    unreachable = sum(record.get("reachable") == 0 for record in result["history"])
+    return result | {"network": network, "unreachable_evaluations": unreachable}

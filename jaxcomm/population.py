@@ -35,7 +35,7 @@ import numpy as np
 import optax
 
 BACKENDS = ("vmap", "loop", "unrolled", "map", "sharded")
-AUTO = "auto"  # resolved per model by jaxcomm.speed.choose_backend
+AUTO = "auto"  # resolved per model by jaxcomm.speed.choose
 NODE_AXIS = "nodes"  # mesh axis name of the "sharded" backend
 
 PyTree = Any

@@ -5,10 +5,12 @@ Convention everywhere in jaxcomm: ``adj[i, j]`` is True when node ``i`` sends
 out-edges, the thesis' ``p`` neighbours); column ``j`` is who fills node
 ``j``'s inbox. A node never sends to itself, so the diagonal is always False.
 
-Fixed graphs (``ring``, ``full``) are built with NumPy: they depend only on
-static ints and are constants of a run. Random graphs are built with JAX so a
-time-varying graph can be drawn inside a jitted training loop from a traced
-step counter.
+Fixed graphs (``ring``, ``full``, ``exponential``) are built with NumPy: they
+depend only on static ints and are constants of a run. Random graphs are built
+with JAX so a time-varying graph can be drawn inside a jitted training loop
+from a traced step counter. Research code passes its own graph as a matrix or
+as a function ``(key, step) -> bool [N, N]`` (:data:`GraphFn`);
+:func:`as_graph_fn` checks either and :func:`named` builds the named ones.
 
 References:
     Lacaille (2018), §2.2.2.3 "Communication and network of nodes".
@@ -17,7 +19,9 @@ References:
 from __future__ import annotations
 
 import functools
+import math
 import operator
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,12 +30,23 @@ import numpy as np
 __all__ = [
     "ring",
     "full",
+    "exponential",
     "random_graph",
     "graph_at",
+    "check",
+    "as_graph_fn",
+    "named",
     "validate_adjacency",
     "in_degree",
     "out_degree",
 ]
+
+#: The topologies :func:`named` builds.
+NAMES = ("ring", "full", "random", "time_varying", "exponential")
+
+#: A graph as a function: ``graph(key, step) -> bool [N, N]``, ``adj[i, j]`` = node i sends to
+#: node j at training step ``step`` (a Python int or a traced int32 scalar); jittable.
+GraphFn = Callable[[jax.Array, int | jax.Array], jax.Array]
 
 
 def _as_int(name: str, value: object) -> int:
@@ -128,6 +143,38 @@ def full(num_nodes: int) -> np.ndarray:
     """
     n = _check_num_nodes(num_nodes)
     return ~np.eye(n, dtype=bool)
+
+
+def exponential(num_nodes: int) -> np.ndarray:
+    """Exponential graph: node i sends to ``(i + 2**k) % N`` for every ``k < ceil(log2 N)``.
+
+    The offsets are the powers of two below N (1, 2, 4, ...), so every node has
+    out-degree and in-degree ``ceil(log2 N)``, and any node reaches any other
+    in at most ``ceil(log2 N)`` hops. It is BlueFog's ``ExponentialTwoGraph``
+    (``topology_util.py``) without its self-loops; N = 1 gives no edges.
+
+    Args:
+        num_nodes: N >= 1, the number of nodes.
+
+    Returns:
+        ``[N, N] bool`` adjacency, ``adj[i, j]`` = node i sends to node j; the
+        diagonal is False.
+
+    Raises:
+        TypeError: if ``num_nodes`` is not an int.
+        ValueError: if N < 1.
+
+    References:
+        Ying, Yuan, Chen, Hu, Pan, Yin (2021), "Exponential Graph is Provably
+        Efficient for Decentralized Deep Training", NeurIPS.
+    """
+    n = _check_num_nodes(num_nodes)
+    adj = np.zeros((n, n), dtype=bool)
+    senders = np.arange(n)
+    # 2**k < N for k < ceil(log2 N): the offsets are distinct and never 0 mod N.
+    for k in range(math.ceil(math.log2(n))):
+        adj[senders, (senders + 2**k) % n] = True
+    return adj
 
 
 def random_graph(
@@ -250,12 +297,151 @@ def validate_adjacency(adj: np.ndarray | jax.Array) -> None:
         )
     if isinstance(adj, jax.core.Tracer):
         return
-    loops = np.flatnonzero(np.diagonal(np.asarray(adj)))
+    _check_no_self_loops(np.asarray(adj), shape)
+
+
+def _check_no_self_loops(adj: np.ndarray, shape: tuple[int, ...], what: str = "adj") -> None:
+    """Raises ValueError naming the nodes of a concrete ``adj`` that send to themselves."""
+    loops = np.flatnonzero(np.diagonal(adj))
     if loops.size:
         raise ValueError(
-            f"adj must have no self-loops, but nodes {loops.tolist()} send to "
+            f"{what} must have no self-loops, but nodes {loops.tolist()} send to "
             f"themselves (shape {shape})"
         )
+
+
+def check(adj: np.ndarray | jax.Array, num_nodes: int) -> np.ndarray:
+    """Validates a user's neighbour matrix for ``num_nodes`` nodes and returns it as bool.
+
+    Args:
+        adj: ``[N, N]`` array, ``adj[i, j]`` = node i sends to node j: bool, or
+            integers that are all 0 or 1. Concrete (not traced under ``jit``).
+        num_nodes: N >= 1.
+
+    Returns:
+        ``[N, N] bool`` NumPy copy of ``adj``.
+
+    Raises:
+        TypeError: if ``adj`` is traced, or ``num_nodes`` is not an int.
+        ValueError: naming the problem: a shape other than ``(N, N)`` (both
+            shapes given), values other than booleans / 0 / 1 (floats are
+            refused: cast with ``.astype(bool)``), or self-loops (which nodes).
+    """
+    n = _check_num_nodes(num_nodes)
+    if isinstance(adj, jax.core.Tracer):
+        raise TypeError("adj must be a concrete array, not traced inside jit; pass a graph function "
+                        "(key, step) -> bool [N, N] for a graph computed in the step")
+    values = np.asarray(adj)
+    shape = values.shape
+    if shape != (n, n):
+        raise ValueError(f"adj must have shape (num_nodes, num_nodes) = {(n, n)}, got shape {shape}")
+    if values.dtype != np.bool_:
+        if not np.issubdtype(values.dtype, np.integer):
+            raise ValueError(f"adj must be boolean (bool, or integers 0/1), got dtype {values.dtype} "
+                             f"(shape {shape}); cast it with .astype(bool)")
+        bad = np.unique(values[(values != 0) & (values != 1)])
+        if bad.size:
+            raise ValueError(f"adj must be boolean (bool, or integers 0/1), got values {bad[:5].tolist()} "
+                             f"(dtype {values.dtype}, shape {shape})")
+        values = values.astype(bool)
+    _check_no_self_loops(values, shape)
+    return np.array(values, dtype=bool)
+
+
+def as_graph_fn(
+    graph: np.ndarray | jax.Array | GraphFn, num_nodes: int, *, key: jax.Array | None = None
+) -> tuple[GraphFn, bool]:
+    """A graph given by value or as a function, as a :data:`GraphFn` and whether it changes.
+
+    Args:
+        graph: a ``[N, N]`` neighbour matrix (see :func:`check`), or a function
+            ``graph(key, step) -> bool [N, N]`` evaluated at every step: jittable
+            in a traced int32 ``step``.
+        num_nodes: N.
+        key: the key the function is checked with at step 0 (default
+            ``PRNGKey(0)``).
+
+    Returns:
+        ``(graph_fn, dynamic)``: for a matrix a function returning it whatever
+        the key and step, and ``dynamic=False``; for a function the function
+        itself and ``dynamic=True``.
+
+    Raises:
+        TypeError: if ``graph`` is neither an array nor callable, or the
+            function cannot be traced.
+        ValueError: if the matrix, or the function's output (shape and dtype
+            from ``jax.eval_shape``, self-loops from its value at step 0), is
+            not a valid ``[N, N] bool`` neighbour matrix.
+    """
+    n = _check_num_nodes(num_nodes)
+    if not callable(graph):
+        if not hasattr(graph, "shape") and not isinstance(graph, list | tuple):
+            raise TypeError(f"graph must be a bool [N, N] array or a function (key, step) -> bool [N, N], "
+                            f"got {type(graph).__name__}")
+        adj = jnp.asarray(check(graph, n))
+        return (lambda key, step: adj), False
+    key = jax.random.PRNGKey(0) if key is None else key
+    step = jnp.zeros((), jnp.int32)
+    name = getattr(graph, "__name__", type(graph).__name__)
+    try:
+        out = jax.eval_shape(graph, key, step)
+    except Exception as error:
+        raise TypeError(f"graph function {name}(key, step) could not be traced with a PRNG key and an int32 "
+                        f"step: {type(error).__name__}: {error}") from error
+    if not hasattr(out, "shape") or tuple(out.shape) != (n, n) or out.dtype != jnp.bool_:
+        got = f"shape {tuple(out.shape)}, dtype {out.dtype}" if hasattr(out, "shape") else type(out).__name__
+        raise ValueError(f"graph function {name}(key, step) must return a bool array of shape "
+                         f"(num_nodes, num_nodes) = {(n, n)}, got {got}")
+    _check_no_self_loops(np.asarray(graph(key, step)), (n, n), what=f"graph function {name}(key, step=0)")
+    return graph, True
+
+
+def named(
+    name: str, num_nodes: int, *, num_neighbours: int | None = None, redraw_every: int | None = None
+) -> tuple[GraphFn, bool]:
+    """The named topologies as :data:`GraphFn` values, as the network draws them.
+
+    * "ring": :func:`ring` ``(N, num_neighbours)``; "full": :func:`full`;
+      "exponential": :func:`exponential` (``num_neighbours`` unused). Constant.
+    * "random": :func:`random_graph` ``(key, N, num_neighbours)``: one graph per
+      key, fixed for the run.
+    * "time_varying": :func:`graph_at` ``(key, step, num_nodes=N,
+      num_neighbours=p, every=redraw_every)``: a new random graph every
+      ``redraw_every`` steps.
+
+    Args:
+        name: one of :data:`NAMES`.
+        num_nodes: N.
+        num_neighbours: p, for "ring", "random" and "time_varying".
+        redraw_every: for "time_varying".
+
+    Returns:
+        ``(graph_fn, dynamic)``; ``dynamic`` is True only for "time_varying" (a
+        graph the step changes; "random" depends on the key alone).
+
+    Raises:
+        ValueError: for an unknown name, or a missing or invalid argument.
+    """
+    n = _check_num_nodes(num_nodes)
+    if name not in NAMES:
+        raise ValueError(f"topology must be one of {NAMES}, got {name!r}")
+    if name in ("full", "exponential"):
+        adj = jnp.asarray(full(n) if name == "full" else exponential(n))
+        return (lambda key, step: adj), False
+    if num_neighbours is None:
+        raise ValueError(f"topology {name!r} needs num_neighbours")
+    p = _check_num_neighbours(num_neighbours, n)
+    if name == "ring":
+        adj = jnp.asarray(ring(n, p))
+        return (lambda key, step: adj), False
+    if name == "random":
+        return (lambda key, step: random_graph(key, n, p)), False
+    if redraw_every is None:
+        raise ValueError("topology 'time_varying' needs redraw_every")
+    every = _as_int("redraw_every", redraw_every)
+    if every < 1:
+        raise ValueError(f"redraw_every must be >= 1, got {every}")
+    return (lambda key, step: graph_at(key, step, num_nodes=n, num_neighbours=p, every=every)), True
 
 
 def in_degree(adj: np.ndarray | jax.Array) -> jax.Array:

@@ -42,6 +42,7 @@ import numpy as np
 import optax
 
 from jaxcomm import network, population
+from jaxcomm.exchange import feature_mse
 from jaxcomm.models import to_unit_float
 from jaxcomm.models.bigan import BiGAN
 from jaxcomm.models.vae import VAE
@@ -231,7 +232,7 @@ def vae_program(model: VAE, *, learning_rate: float = 1e-3, exchange_weight: flo
         return model.apply({"params": state.params}, to_unit_float(images), method=VAE.encode)[0]
 
     # init is jitted: the engine calls it eagerly (vmapped or in a loop), where it would run op by op.
-    return NodeProgram(init=jax.jit(init), train=train, predict=predict, payload_dim=2 * latent, family="cnn")
+    return NodeProgram(init=jax.jit(init), train=train, predict=predict, payload_dim=2 * latent)
 
 
 def vae_metrics(model: VAE) -> Callable[[population.NodeState, jax.Array, jax.Array], dict]:
@@ -380,11 +381,11 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
         def losses(params):
             terms = bigan_terms(model, params, state.model_state, x, z, train=True, key=k_dropout,
                                 real_label=real_label)
-            exchange = exchange_weight * network.feature_mse(terms.features, payload)
+            matching = exchange_weight * feature_mse(terms.features, payload)
             if replace:
-                ge = jnp.where(consumed, exchange, terms.ge_loss)
+                ge = jnp.where(consumed, matching, terms.ge_loss)
             else:
-                ge = terms.ge_loss + jnp.where(consumed, exchange, 0.0)
+                ge = terms.ge_loss + jnp.where(consumed, matching, 0.0)
             return (terms.d_loss, ge), terms
 
         (d_loss, ge_loss), pullback, terms = jax.vjp(losses, state.params, has_aux=True)
@@ -405,7 +406,7 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
     def predict(state, images):
         return model.apply({"params": state.params, **state.model_state}, to_signed(images), method=BiGAN.encode)
 
-    return NodeProgram(init=jax.jit(init), train=train, predict=predict, payload_dim=latent, family="cnn")
+    return NodeProgram(init=jax.jit(init), train=train, predict=predict, payload_dim=latent)
 
 
 def bigan_metrics(model: BiGAN) -> Callable[[population.NodeState, jax.Array, jax.Array], dict]:

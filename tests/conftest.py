@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+import os
+import tempfile
 
-from jaxcomm.data import ImageDataset, ImageSplit
+# Tests check what programs compute, not how fast: XLA's CPU backend without its LLVM optimisations compiles
+# about a third faster and computes the same values (to float rounding; every test compares with a tolerance
+# or compares two runs built alike). Set before JAX starts its backend; scripts the tests start inherit it.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from jaxcomm.data import ImageDataset, ImageSplit  # noqa: E402
+
+# Many tests build the same program again (a network rebuilt for each run compiles afresh): XLA's
+# persistent cache, in a folder of this session, compiles each one once (measured: a third off
+# tests/test_exchange.py).
+# The variables carry it to the scripts the tests start.
+os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxcomm-tests-xla-")
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def synthetic_split(rng: np.random.Generator, size: int, shape=(8, 8, 1), num_classes: int = 4) -> ImageSplit:

@@ -88,3 +88,33 @@ def test_cpu_preset_pins_the_chapter2_recipe_of_the_committed_frontier():
               "broadcast_factor", "inbox_capacity", "temperature")
     assert {f: chapter2[f] for f in fields} == {f: committed[f] for f in fields}
     assert chapter2["lr_schedule"] == committed.get("lr_schedule", "constant") == "constant"
+
+
+def test_report_merges_runs_that_train_by_the_same_recipe(tmp_path):
+    # The parent's chapter-2 config is an older summary's (the whole chapter-2 experiment config); a run
+    # below it with the recipe alone joins it, a run with another learning rate does not.
+    recipe = json.loads(json.dumps(dataclasses.asdict(bf.cpu_config().chapter2())))
+    old = recipe | {"rows": ["1_node_no_sharing"], "studies": [], "eval_every": 500, "target": 65.0,
+                    "study_steps": 1000, "time_budget_s": 3240.0}
+
+    def write(folder, chapter2, rows, **config):
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {"chapter2_preset": "cpu", "num_nodes": 10, "methods": list(rows), "eval_every": 1000} | config
+        (folder / "summary.json").write_text(json.dumps({
+            "command": "c", "wall_seconds": 1.0, "git_commit": "g", "config": config, "chapter2_config": chapter2,
+            "rows": {name: {"bytes_per_node_step": b, "accuracy": a} for name, (b, a) in rows.items()},
+            "skipped": ["gossip:10 (estimated 9 s, over the time budget)"]}))
+        (folder / "curves.jsonl").write_text("")
+
+    write(tmp_path, old, {"sync": (1000.0, 60.0)})
+    write(tmp_path / "extra", recipe | {"data_dir": "/elsewhere"}, {"gossip:10": (100.0, 61.0)}, eval_every=500)
+    write(tmp_path / "other", recipe | {"learning_rate": 0.003}, {"sign": (10.0, 70.0)})
+    summary = bf.merge_runs(tmp_path)
+    assert set(summary["rows"]) == {"sync", "gossip:10"} and summary["skipped"] == []
+    assert summary["frontier"] == ["gossip:10"]
+    assert [extra["methods"] for extra in summary["extra_runs"]] == [["gossip:10"]]
+
+
+def test_the_frontier_imports_no_experiment():
+    source = (ROOT / "experiments/bandwidth_frontier.py").read_text()
+    assert "import experiments" not in source and "from experiments" not in source and "sys.path" not in source

@@ -42,4 +42,4 @@ def test_missing_data_names_both_ways(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
     assert cli.main(["demo", "--dataset", "mnist", "--data-dir", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "JAXCOMM_DATA_DIR" in err and "tfds" in err
+    assert "JAXCOMM_DATA_DIR" in err and "tfds" in err and err.strip().count("\n") == 0  # one line

@@ -505,3 +505,20 @@ def test_shared_cifar10_prepared_then_loaded(tmp_path):
     np.testing.assert_array_equal(labels, side["y_train"])
     np.testing.assert_array_equal(ds.train.images[side["train_lossless_index"]], side["x_train_lossless"])
     np.testing.assert_allclose(ds.train.images.mean((0, 1, 2)), [125.3, 123.0, 113.9], atol=0.3)
+
+
+def test_accuracy_in_batches_weights_out_the_padding():
+    """7 samples in batches of 3 (the last padded with 2 zero-weight rows): the answer counts only real rows."""
+    from jaxcomm.data import ImageSplit, accuracy_in_batches
+
+    labels = np.array([0, 1, 2, 0, 1, 2, 0], np.int32)
+    split = ImageSplit(np.zeros((7, 2, 2, 1), np.uint8), labels)
+    seen = []
+
+    def correct(images, batch_labels, weight):  # a "model" that always says class 0, for two members
+        seen.append(images.shape[0])
+        right = (np.asarray(batch_labels) == 0) * np.asarray(weight)
+        return np.stack([right.sum(), np.asarray(weight).sum()])
+
+    np.testing.assert_allclose(accuracy_in_batches(correct, split, 3), [100 * 3 / 7, 100.0])
+    assert seen == [3, 3, 3]  # one shape for every batch

@@ -9,16 +9,18 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcomm import compression, data_parallel, network, population, topology
+from jaxcomm import compression, data_parallel, exchange, network, population, topology
 from jaxcomm.models import MLP, to_unit_float
 
 MODEL = MLP(hidden=(12,), num_classes=4)
 
 
-def build(dataset, **overrides):
-    config = data_parallel.DataParallelConfig(num_nodes=4, batch_size=5, num_steps=4, eval_every=2, **overrides)
+def build(dataset, compression_method=None, compression_options=None, **overrides):
+    config = network.NetworkConfig(num_nodes=4, batch_size=5, num_steps=4, eval_every=2, **overrides)
+    compressor = None if compression_method is None else compression.make(compression_method,
+                                                                            **(compression_options or {}))
     system = data_parallel.make_data_parallel(config, MODEL, image_shape=dataset.train.images.shape[1:],
-                                              num_classes=4)
+                                              num_classes=4, compressor=compressor)
     return system, network.network_data(dataset, config)
 
 
@@ -37,7 +39,7 @@ def test_sync_sgd_equals_one_model_on_the_concatenated_batch(tiny_dataset, backe
 
         def loss(p, images=images, labels=labels):
             logits, _ = MODEL.apply({"params": p}, images)
-            return network.cross_entropy(logits, labels)
+            return exchange.cross_entropy(logits, labels)
 
         updates, opt_state = optimizer.update(jax.grad(loss)(params), opt_state, params)
         params = optax.apply_updates(params, updates)
@@ -46,7 +48,7 @@ def test_sync_sgd_equals_one_model_on_the_concatenated_batch(tiny_dataset, backe
 
 
 def test_each_node_samples_only_its_own_shard(tiny_dataset):
-    system, data = build(tiny_dataset, compression="top_k", fraction=0.1)
+    system, data = build(tiny_dataset, "top_k", {"fraction": 0.1})
     state, step = system.init(jax.random.PRNGKey(1)), jax.jit(system.step)
     for _ in range(3):
         state, info = step(state, data)
@@ -56,7 +58,7 @@ def test_each_node_samples_only_its_own_shard(tiny_dataset):
 
 
 def test_jit_equals_no_jit_and_the_seed_fixes_the_run(tiny_dataset):
-    system, data = build(tiny_dataset, compression="qsgd", levels=2, feedback=False)
+    system, data = build(tiny_dataset, "qsgd", {"levels": 2, "feedback": False})
     run = lambda step, seed: step(step(system.init(jax.random.PRNGKey(seed)), data)[0], data)[0]
     a, b, c = run(jax.jit(system.step), 0), run(system.step, 0), run(jax.jit(system.step), 1)
     jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), a.nodes, b.nodes)
@@ -64,7 +66,7 @@ def test_jit_equals_no_jit_and_the_seed_fixes_the_run(tiny_dataset):
 
 
 def test_error_feedback_memory_is_per_node_and_keeps_what_was_not_sent(tiny_dataset):
-    system, data = build(tiny_dataset, compression="top_k", fraction=0.05, per_layer=False)
+    system, data = build(tiny_dataset, "top_k", {"fraction": 0.05, "per_layer": False})
     state = system.init(jax.random.PRNGKey(2))
     state, _ = jax.jit(system.step)(state, data)
     residual = state.memory.residual
@@ -82,10 +84,10 @@ def test_bytes_per_node_step_by_hand(tiny_dataset):
     d_in = math.prod(tiny_dataset.train.images.shape[1:])
     assert p == d_in * 12 + 12 + 12 * 4 + 4
     assert dense.bytes_per_node_step() == pytest.approx(2 * 3 / 4 * 4 * p)
-    topk, _ = build(tiny_dataset, compression="top_k", fraction=0.1)  # per tensor: k = round(0.1 size), >= 1
+    topk, _ = build(tiny_dataset, "top_k", {"fraction": 0.1})  # per tensor: k = round(0.1 size), >= 1
     ks = [round(0.1 * d_in * 12), round(0.1 * 12), round(0.1 * 48), max(1, round(0.1 * 4))]
     assert topk.message_bytes == 8 * sum(ks) and topk.bytes_per_node_step() == 3 * 8 * sum(ks)
-    signs, _ = build(tiny_dataset, compression="sign", per_layer=False)
+    signs, _ = build(tiny_dataset, "sign", {"per_layer": False})
     assert signs.message_bytes == math.ceil(p / 8) + 4
 
 
@@ -121,11 +123,10 @@ def test_gossip_averages_parameters_with_in_neighbours_every_k_steps(tiny_datase
 
 
 def test_bad_configs_are_rejected_before_anything_compiles():
-    for kwargs, field in [({"num_nodes": 0}, "num_nodes"), ({"compression": "topk"}, "compression"),
-                          ({"fraction": 1.5}, "fraction"), ({"levels": 0}, "levels"),
-                          ({"partition": "skewed"}, "partition"), ({"backend": "gpu"}, "backend"),
-                          ({"feedback": "yes"}, "feedback")]:
+    for kwargs, field in [({"method": "topk"}, "compression"), ({"method": "top_k", "fraction": 1.5}, "fraction"),
+                          ({"method": "qsgd", "levels": 0}, "levels"), ({"method": "sign", "feedback": "yes"},
+                                                                        "feedback")]:
         with pytest.raises(ValueError, match=field):
-            data_parallel.DataParallelConfig(**kwargs)
+            compression.make(**kwargs)
     with pytest.raises(ValueError, match="gossip_every"):
         network.NetworkConfig(gossip_every=-1)

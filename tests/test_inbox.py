@@ -150,11 +150,3 @@ def test_pop_from_empty_counts_fallback():
 def test_validate_rejects(capacity, overflow, match):
     with pytest.raises(ValueError, match=match):
         inbox.validate(capacity, overflow)
-
-
-def test_message_bytes_hand_count():
-    # 32 indices x 4 B + 32 uint8 labels + 8 B header = 168
-    assert inbox.message_bytes(32, 10, "true_labels") == 168
-    # 32 x 4 + 32 x 10 x 4 + 8 = 1416
-    assert inbox.message_bytes(32, 10, "logits") == 1416
-    assert inbox.message_bytes(32, 10, "none") == 0

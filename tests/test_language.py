@@ -1,13 +1,13 @@
-"""Chapter 4: Gumbel-softmax, temperature, MI critics, communication levels, masks, population, smoke run."""
+"""Chapter 4: Gumbel-softmax, temperature, MI critics, communication levels, masks, the agent population
+(jaxcomm.language), then the experiment's config, presets, smoke run and report (experiments/language.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import pathlib
-import sys
+import shutil
 
 import chex
 import jax
@@ -15,20 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import language
+from jaxcomm import driver, language
 
-
-def _load_experiment():
-    """Imports experiments/language.py by path (experiments/ is not an installed package)."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "language.py"
-    spec = importlib.util.spec_from_file_location("language_experiment", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-lx = _load_experiment()
 softplus = lambda v: math.log1p(math.exp(v))
 
 # --------------------------------------------------------------------------- Gumbel-softmax and temperature
@@ -252,7 +240,7 @@ def test_detect_collapse_on_messages():
     assert not bool(language.detect_collapse(0.5, language.message_agreement(const, rand)))
     np.testing.assert_array_equal(language.detect_collapse(jnp.asarray([0.5, 0.8]), jnp.asarray([1.0, 1.0])),
                                   [True, False])
-    assert float(lx._distinct_fraction(const)) == pytest.approx(1 / 64)
+    assert float(language.distinct_fraction(const)) == pytest.approx(1 / 64)
 
 
 # --------------------------------------------------------------------------- masks and views
@@ -275,9 +263,9 @@ def test_inversion_masks_invert_the_stated_fraction():
 
 
 def test_masks_are_fixed_per_agent_and_paired_across_levels():
-    config = lx.smoke_config()
-    members = [lx.Member("table", "noise10", lv, s) for lv in lx.LEVELS for s in range(2)]
-    arrays = lx.member_arrays(config, members, 784, 28)
+    config = language.AgentsConfig()
+    members = [language.Member(lv, s) for lv in language.LEVEL_NAMES for s in range(2)]
+    arrays = language.member_arrays(config, members, length=8, num_pixels=784, side=28)
     for s in range(2):
         rows = [i for i, m in enumerate(members) if m.seed == s]
         for i in rows:  # the same masks and keys in every level for a seed
@@ -288,30 +276,46 @@ def test_masks_are_fixed_per_agent_and_paired_across_levels():
     assert not np.array_equal(arrays.invert_a[0], arrays.invert_a[1])  # seeds differ
     frac = float(np.mean(np.asarray(arrays.invert_a)))
     assert abs(frac - 0.1) < 0.03
-    more = lx.member_arrays(config, [lx.Member("study", "noise30", "baseline", 0)], 784, 28)
+    more = language.member_arrays(config, [language.Member("baseline", 0, noise=0.3)], length=8, num_pixels=784,
+                                  side=28)
     assert bool(jnp.all(more.invert_a[0] | ~arrays.invert_a[0]))  # 10 % mask inside the 30 % one
-    halves = lx.member_arrays(config, [lx.Member("study", "halves", "baseline", 0)], 784, 28)
+    halves = language.member_arrays(config, [language.Member("baseline", 0, view="halves")], length=8,
+                                    num_pixels=784, side=28)
     np.testing.assert_array_equal(halves.keep_a[0] + halves.keep_b[0], 1.0)
+    np.testing.assert_array_equal(arrays.keep_a, 1.0)
+
+
+@pytest.mark.parametrize("member,message", [
+    (language.Member("telepathy", 0), r"members\[0\].level must be one of"),
+    (language.Member("baseline", 0, view="left"), r"members\[0\].view must be one of"),
+    (language.Member("baseline", 0, noise=1.5), r"members\[0\].noise must be a fraction in \[0, 1\]"),
+    (language.Member("baseline", 0, normalisation="max"), r"members\[0\].normalisation must be one of"),
+])
+def test_members_are_checked(member, message):
+    with pytest.raises(ValueError, match=message):
+        language.member_arrays(language.AgentsConfig(), [member], length=4, num_pixels=64, side=8)
 
 
 # --------------------------------------------------------------------------- population == separate runs
 
+LENGTH = 4
+
 
 @pytest.fixture(scope="module")
 def tiny_setup(tiny_dataset):
-    config = dataclasses.replace(lx.smoke_config(), hidden=(6,), critic_hidden=5, message_length=4, batch_size=8)
-    data = lx.TrainData(jnp.asarray(tiny_dataset.train.images), jnp.asarray(tiny_dataset.train.labels))
+    config = language.AgentsConfig(hidden=(6,), critic_hidden=5, batch_size=8, eval_every=10, diag_batch=16)
+    data = language.TrainData(jnp.asarray(tiny_dataset.train.images), jnp.asarray(tiny_dataset.train.labels))
     return config, data
 
 
 def _trainer(config, data):
     """A jitted step compiled once per population size, reused across calls."""
-    fns = lx.make_population(config, config.message_length, 64, 4)
+    fns = language.make_agents(config, LENGTH, 64, 4)
     step, init = jax.jit(fns.step), fns.init  # init: one compiled member init, looped
 
     def train(members, steps=3):
-        arrays = lx.member_arrays(config, members, 64, 8)
-        state = init(jnp.stack([jax.random.fold_in(lx.seed_key(config, m.seed), 0) for m in members]))
+        arrays = language.member_arrays(config, members, length=LENGTH, num_pixels=64, side=8)
+        state = init(jnp.stack([jax.random.fold_in(language.seed_key(config, m.seed), 0) for m in members]))
         for _ in range(steps):
             state, _ = step(state, (data, arrays))
         chex.assert_tree_all_finite(state.agents.params)
@@ -320,8 +324,8 @@ def _trainer(config, data):
     return train
 
 
-MEMBERS = [lx.Member("table", "noise10", lv, s) for lv in lx.LEVELS for s in range(2)] + [
-    lx.Member("table", "noise10", "baseline", 0, True)]
+MEMBERS = [language.Member(lv, s) for lv in language.LEVEL_NAMES for s in range(2)] + [
+    language.Member("baseline", 0, frozen=True)]
 
 
 @pytest.fixture(scope="module")
@@ -357,28 +361,101 @@ def test_gradient_paths_in_the_population(trained):
 
 
 def test_summed_normalisation_scales_the_weights_by_length():
-    config = lx.smoke_config()
-    members = [lx.Member("t", "noise10", "both_feedback", 0, False, norm) for norm in ("mean", "sum")]
-    level = lx.member_arrays(config, members, 784, 28).level
-    np.testing.assert_allclose(level.weight_ab, [0.005, 0.005 * config.message_length], rtol=1e-6)
+    members = [language.Member("both_feedback", 0, normalisation=norm) for norm in ("mean", "sum")]
+    level = language.member_arrays(language.AgentsConfig(), members, length=8, num_pixels=784, side=28).level
+    np.testing.assert_allclose(level.weight_ab, [0.005, 0.005 * 8], rtol=1e-6)
     np.testing.assert_allclose(level.ba_to_sender, [1.0, 1.0])
 
 
 def test_reinforce_estimator_trains(tiny_setup):
     config, data = tiny_setup
-    config = dataclasses.replace(config, estimator="reinforce")
-    _trainer(config, data)([lx.Member("table", "noise10", "both_feedback", 0)], steps=2)
+    config = config.replace(estimator="reinforce")
+    _trainer(config, data)([language.Member("both_feedback", 0)], steps=2)
     with pytest.raises(ValueError, match="critic must be 'gan' with estimator 'reinforce'"):
-        dataclasses.replace(config, critic="infonce")
+        config.replace(critic="infonce")
 
 
-# --------------------------------------------------------------------------- config and smoke run
+@pytest.mark.parametrize("field,value,message", [
+    ("hidden", (), "hidden must be a non-empty tuple"),
+    ("critic", "mine", "critic must be one of"),
+    ("estimator", "vimco", "estimator must be one of"),
+    ("tau_decay", 1.5, r"tau_decay must be a number in \(0, 1\]"),
+    ("tau_floor", 0.0, "tau_floor must be a number > 0"),
+    ("diag_batch", 1, "diag_batch must be an integer >= 2"),
+    ("two_way_weight", -0.1, "two_way_weight must be a number >= 0"),
+    ("backend", "pmap", "backend must be one of"),
+])
+def test_agents_config_rejects_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        language.AgentsConfig(**{field: value})
+
+
+# --------------------------------------------------------------------------- train_agents (the driver)
+
+
+def test_population_killed_by_sigterm_resumes_to_the_uninterrupted_result(tiny_dataset, tiny_setup, tmp_path,
+                                                                         monkeypatch):
+    import os
+    import signal
+
+    from jaxcomm import data
+    from jaxcomm.checkpoint import Checkpointer
+
+    config, _ = tiny_setup
+    config = config.replace(eval_every=5, diag_batch=8)
+    dataset = data.ImageDataset("synthetic", tiny_dataset.train, tiny_dataset.test, tiny_dataset.test, 4)
+    members = MEMBERS[:3]
+    train = lambda **kw: language.train_agents(config, members, dataset, length=LENGTH, num_steps=15,
+                                               progress=False, **kw)
+    straight = train()
+    assert straight["status"] == "complete" and straight["steps_done"] == 15
+    for m, member in zip(straight["members"], members, strict=True):
+        assert {k: m[k] for k in member._fields} == member._asdict() and m["length"] == LENGTH
+        assert m["steps"] == [5, 10, 15]
+        for key in ("val_accuracy", "disc_a", "disc_b", "agreement", "mi_bits_a", "distinct_a", "train_probe",
+                    "train_info_a", "train_comm"):
+            assert len(m[key]) == 3, key
+        first_max = int(np.argmax(m["val_accuracy"]))  # the tracker's best: the first maximum of the curve
+        assert round(m["best_val"], 3) == m["val_accuracy"][first_max] and m["best_step"] == m["steps"][first_max]
+        assert 0.0 <= m["test_accuracy"] <= 100.0 and isinstance(m["collapsed"], bool)
+    accuracy, calls = language.probe_accuracy, []
+
+    def kill_on_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return accuracy(*args, **kwargs)
+
+    monkeypatch.setattr(language, "probe_accuracy", kill_on_second)
+    with pytest.raises(driver.Interrupted):
+        train(checkpointer=Checkpointer(tmp_path, every=5))
+    monkeypatch.setattr(language, "probe_accuracy", accuracy)
+    resumed = train(checkpointer=Checkpointer(tmp_path, every=5, resume=True))
+    assert resumed["members"] == straight["members"]
+    chex.assert_trees_all_equal(resumed["final_params"], straight["final_params"])
+
+
+def test_train_agents_refuses_bad_arguments(tiny_dataset, tiny_setup):
+    config, _ = tiny_setup
+    with pytest.raises(ValueError, match="num_steps must be an integer >= 1"):
+        language.train_agents(config, MEMBERS, tiny_dataset, length=LENGTH, num_steps=0)
+    with pytest.raises(ValueError, match="members must be a non-empty sequence"):
+        language.train_agents(config, [], tiny_dataset, length=LENGTH, num_steps=5)
+
+
+# --------------------------------------------------------------------------- the experiment
+
+
+@pytest.fixture(scope="module")
+def lx():
+    from experiments import language as language_experiment  # noqa: PLC0415
+
+    return language_experiment
 
 
 @pytest.mark.parametrize("field,value,message", [
     ("dataset", "cifar10", "dataset must be one of"),
-    ("hidden", (), "hidden must be a non-empty tuple"),
-    ("critic", "mine", "critic must be one of"),
+    ("hidden", (), "hidden must be a non-empty tuple"),  # an inherited field, checked by AgentsConfig
     ("ce_normalisation", "max", "ce_normalisation must be one of"),
     ("levels", ("both_feedback",), "levels must be distinct names"),
     ("noise", 1.5, r"noise must be a fraction in \[0, 1\]"),
@@ -386,12 +463,25 @@ def test_reinforce_estimator_trains(tiny_setup):
     ("seeds", 0, "seeds must be an integer >= 1"),
     ("backend", "pmap", "backend must be one of"),
 ])
-def test_config_rejects_bad_values(field, value, message):
+def test_config_rejects_bad_values(lx, field, value, message):
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(lx.smoke_config(), **{field: value})
 
 
-def test_presets_cover_table_4_1():
+def test_experiment_config_holds_the_library_config(lx):
+    """LanguageConfig adds its own fields to AgentsConfig without restating any; overrides stay flat."""
+    from jaxcomm.harness import cli as harness_cli  # noqa: PLC0415
+
+    library = {f.name for f in dataclasses.fields(language.AgentsConfig)}
+    assert issubclass(lx.LanguageConfig, language.AgentsConfig)
+    assert not library & set(lx.LanguageConfig.__annotations__)  # nothing restated
+    committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "language" / "summary.json"
+    assert set(dataclasses.asdict(lx.cpu_config())) == set(json.loads(committed.read_text())["config"])
+    config = harness_cli.apply_overrides(lx.smoke_config(), ["learning_rate=0.01", "seeds=3"])
+    assert (config.learning_rate, config.seeds, type(config)) == (0.01, 3, lx.LanguageConfig)
+
+
+def test_presets_cover_table_4_1(lx):
     for make in lx.PRESETS.values():
         make()
     cpu = lx.cpu_config()
@@ -400,7 +490,19 @@ def test_presets_cover_table_4_1():
     assert set(cpu.study_settings) == set(lx.STUDY_SETTINGS)
 
 
-def test_smoke_run_writes_summary(tmp_path):
+def test_members_of_the_experiment(lx):
+    """Every table / reading / study member as a library Member, grouped by (length, steps)."""
+    config = lx.smoke_config()
+    entries = lx.all_members(config)
+    table = [e for e in entries if e.group == "table"]
+    assert len(table) == len(config.levels) * config.seeds + config.random_init_seeds
+    halves = [e.member for e in entries if e.setting == "halves"]
+    assert halves and all(m.view == "halves" and m.noise == config.noise for m in halves)
+    pops = lx.populations(config)
+    assert sorted(pops) == [(8, 20), (64, 20)] and sum(map(len, pops.values())) == len(entries)
+
+
+def test_smoke_run_writes_summary(lx, tmp_path):
     out = tmp_path / "language"
     argv = ["--preset", "smoke", "--out", str(out), "study_settings=halves"]  # one population
     assert lx.cli(argv) == 0
@@ -423,31 +525,9 @@ def test_smoke_run_writes_summary(tmp_path):
     assert "64.4" in (out / "table.md").read_text()
 
 
-def test_population_killed_by_sigterm_resumes_to_the_uninterrupted_result(tiny_dataset, tiny_setup, tmp_path,
-                                                                         monkeypatch):
-    import os
-    import signal
-
-    from jaxcomm import data, runner
-    from jaxcomm.checkpoint import Checkpointer
-
-    config, _ = tiny_setup
-    config = dataclasses.replace(config, eval_every=5, diag_batch=8)
-    dataset = data.ImageDataset("synthetic", tiny_dataset.train, tiny_dataset.test, tiny_dataset.test, 4)
-    members = MEMBERS[:3]
-    train = lambda **kw: lx.train_population(config, members, dataset, length=config.message_length, num_steps=15,
-                                             progress=False, **kw)["members"]
-    straight = train()
-    accuracy, calls = lx._accuracy, []
-
-    def kill_on_second(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return accuracy(*args, **kwargs)
-
-    monkeypatch.setattr(lx, "_accuracy", kill_on_second)
-    with pytest.raises(runner.Interrupted):
-        train(checkpointer=Checkpointer(tmp_path, every=5))
-    monkeypatch.setattr(lx, "_accuracy", accuracy)
-    assert train(checkpointer=Checkpointer(tmp_path, every=5, resume=True)) == straight
+def test_committed_table_redraws_unchanged(lx, tmp_path):
+    committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "language"
+    for name in ("summary.json", "curves.jsonl"):
+        shutil.copy(committed / name, tmp_path / name)
+    lx.write_report(tmp_path, plots=False)
+    assert (tmp_path / "table.md").read_text() == (committed / "table.md").read_text()

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import network, runner
+from jaxcomm import driver, network
 from jaxcomm.models import MLP
 
 MODEL = MLP(hidden=(12,), num_classes=4)
@@ -106,23 +106,10 @@ def test_backends_and_jit_agree(tiny_dataset, content):
 def test_chunked_scan_equals_step_by_step(tiny_dataset):
     net, data = build(tiny_dataset, content="true_labels")
     expected, _ = run_steps(net, data, 7)
-    result = runner.run_in_chunks(net.step, net.init(jax.random.PRNGKey(0)), data, num_steps=7, chunk_size=3,
-                                  progress=False)
-    assert result.steps_done == 7 and not result.interrupted
-    chex.assert_trees_all_close(result.state, expected, rtol=1e-6, atol=1e-6)
-
-
-def test_losses_by_hand():
-    logits = jnp.array([[2.0, 0.0]])
-    # log_softmax([2, 0]) = [-0.126928, -2.126928]
-    np.testing.assert_allclose(network.cross_entropy(logits, jnp.array([[0.0, 1.0]])), 2.126928, rtol=1e-5)
-    # soft labels from received logits [1, 3] at tau = 2: softmax([0.5, 1.5]) = [0.268941, 0.731059]
-    # loss = 0.268941 * 0.126928 + 0.731059 * 2.126928 = 1.589057
-    loss = network.consumed_loss("logits", logits, None, jnp.array([[1.0, 3.0]]), 2.0)
-    np.testing.assert_allclose(loss, 1.589057, rtol=1e-5)
-    # eq. 2.2.3: 0.5 * ((1 - 0)^2 + (2 - 4)^2) = 2.5, averaged over a batch of one
-    loss = network.consumed_loss("features", None, jnp.array([[1.0, 2.0]]), jnp.array([[0.0, 4.0]]), 1.0)
-    np.testing.assert_allclose(loss, 2.5, rtol=1e-6)
+    system = network.system(net, lambda *args: {})
+    result = driver.train(system, data, num_steps=7, eval_every=3, key=jax.random.PRNGKey(0), progress=False)
+    assert result["steps_done"] == 7 and result["status"] == "complete"
+    chex.assert_trees_all_close(result["state"], expected, rtol=1e-6, atol=1e-6)
 
 
 def test_cosine_schedule_starts_at_the_rate_and_ends_at_zero(tiny_dataset):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 from experiments import outputs_exchange as oe
-from jaxcomm import inbox, network
-from jaxcomm.models import MLP
+from jaxcomm import bandwidth, exchange, network, recipes
+from jaxcomm.harness import cli as harness_cli
 from jaxcomm.models.cnn import StridedCNN
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 ROW_FIELDS = {"avg_accuracy", "collective_accuracy", "collective_accuracy_by_weighting", "steps", "target",
               "steps_to_target_avg", "steps_to_target_collective", "bytes_sent_per_node_step",
@@ -50,8 +53,8 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
 
 def test_steps_to_target_is_the_first_evaluation_reaching_it():
     history = [{"step": 10, "a": 40.0}, {"step": 20, "a": 55.0}, {"step": 30, "a": 50.0}]
-    assert oe.steps_to(history, 50.0, lambda h: h["a"]) == 20
-    assert oe.steps_to(history, 60.0, lambda h: h["a"]) is None
+    assert recipes.steps_to_target(history, 50.0, lambda h: h["a"]) == 20
+    assert recipes.steps_to_target(history, 60.0, lambda h: h["a"]) is None
 
 
 def test_one_node_collective_equals_its_accuracy_for_every_weighting(smoke):
@@ -82,22 +85,25 @@ def test_collective_and_average_come_from_the_same_predictions():
 
 def test_bytes_accounting_against_a_hand_count():
     # true labels: 32 int32 indices (128 B) + 32 uint8 class ids + 8 B header = 168 B per message.
-    assert inbox.message_bytes(32, 10, "true_labels") == 168
+    assert exchange.message_bytes(exchange.named("true_labels"), 32, 10) == 168
     # logits: 128 B of indices + 32 x 10 float32 (1,280 B) + 8 = 1,416 B; 128-wide features 16,520 B.
-    assert inbox.message_bytes(32, 10, "logits") == 1416
-    assert inbox.message_bytes(32, 128, "features") == 128 + 32 * 128 * 4 + 8
+    assert exchange.message_bytes(exchange.named("logits"), 32, 10) == 1416
+    assert exchange.message_bytes(exchange.named("features"), 32, 128) == 128 + 32 * 128 * 4 + 8
+    assert exchange.message_bytes(exchange.named("none"), 32, 10) == 0
     # 90 copies sent in 100 steps by 10 nodes: 90 x 168 / 1,000 B per node and step.
-    assert oe.bytes_per_node_step(90, batch_size=32, payload_dim=10, content="true_labels", num_nodes=10,
-                                  steps=100) == pytest.approx(15.12)
-    assert oe.bytes_per_node_step(90, batch_size=32, payload_dim=10, content="none", num_nodes=10, steps=100) == 0
+    assert bandwidth.bytes_per_node_step(90, 168, num_nodes=10, steps=100) == pytest.approx(15.12)
+    assert bandwidth.bytes_per_node_step(90, 0, num_nodes=10, steps=100) == 0
     # ring all-reduce: 2 (N - 1) / N x 4 B x P; P of the 16-32-64 CNN with BatchNorm and a 128-wide dense layer:
     # conv 4*4*3*16 + 16 = 784; 4*4*16*32 + 2*32 = 8,256; 4*4*32*64 + 2*64 = 32,896 (no conv bias under BN);
-    # dense 1,024*128 + 128 = 131,200; logits 128*10 + 10 = 1,290 -> 174,426.
-    params, features = oe.model_sizes(StridedCNN(widths=(16, 32, 64), hidden=128, norm="batch"), (32, 32, 3))
-    assert (params, features) == (174_426, 128)
-    assert oe.allreduce_bytes(10, params) == pytest.approx(2 * 9 / 10 * 4 * 174_426)
-    assert oe.allreduce_bytes(1, params) == 0
-    assert oe.model_sizes(MLP(hidden=(16,)), (28, 28, 1)) == (784 * 16 + 16 + 16 * 10 + 10, 16)
+    # dense 1,024*128 + 128 = 131,200; logits 128*10 + 10 = 1,290 -> 174,426; its features: the 128-wide layer.
+    cnn = oe.cpu_config().model(10)
+    params = bandwidth.model_num_params(cnn, (32, 32, 3))
+    assert (params, network.feature_dim(cnn, (32, 32, 3))) == (174_426, 128)
+    assert bandwidth.allreduce_bytes(10, params) == pytest.approx(2 * 9 / 10 * 4 * 174_426)
+    assert bandwidth.allreduce_bytes(1, params) == 0
+    mlp = oe.smoke_config().model(10)
+    assert (bandwidth.model_num_params(mlp, (28, 28, 1)), network.feature_dim(mlp, (28, 28, 1))) \
+        == (784 * 16 + 16 + 16 * 10 + 10, 16)
 
 
 def test_measured_bytes_match_the_sent_counter(smoke):
@@ -245,3 +251,38 @@ def test_presets_are_valid_and_the_thesis_preset_has_the_thesis_settings():
     assert thesis.widths == (64, 128, 256) and thesis.num_steps == 5000 and thesis.target == 85.0
     assert thesis.consume_prob == 0.5 and thesis.learning_rate == 1e-3 and thesis.dataset == "cifar10"
     assert oe.cpu_config().study_node_counts == (1, 10, 20, 50, 100)
+
+
+def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
+    # The recipe's fields are inherited, not restated; overrides reach both kinds of field by name.
+    recipe_fields = {f.name for f in dataclasses.fields(recipes.Chapter2Recipe)}
+    own = {f.name for f in dataclasses.fields(oe.OutputsExchangeConfig)} - recipe_fields
+    assert issubclass(oe.OutputsExchangeConfig, recipes.Chapter2Recipe)
+    assert own == {"eval_every", "target", "rows", "studies", "study_points", "study_widths", "study_steps",
+                   "study_eval_every", "study_node_counts", "study_neighbours", "study_consume",
+                   "study_broadcast_factors", "study_temperatures", "time_budget_s"}
+    for name, preset in oe.PRESETS.items():
+        config = preset()
+        assert {f: getattr(config, f) for f in recipe_fields} == dataclasses.asdict(recipes.PRESETS[name]()), name
+    changed = harness_cli.apply_overrides(oe.cpu_config(), ["learning_rate=0.001", "study_steps=10"])
+    assert (changed.learning_rate, changed.study_steps) == (0.001, 10)
+    # The summary's config keys are the committed run's, and the cpu preset is the committed run's config.
+    committed = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())["config"]
+    assert json.loads(json.dumps(dataclasses.asdict(oe.cpu_config()))) == committed
+
+
+def test_networks_built_from_the_committed_config_have_the_committed_settings():
+    # Every committed study point's sharing settings, rebuilt by the recipe from the committed config.
+    summary = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())
+    config = oe.OutputsExchangeConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                         for k, v in summary["config"].items()})
+    points = {label: kwargs for _, label, _, kwargs in oe.study_runs(config)}
+    assert len(summary["studies"]) >= 10
+    for point in summary["studies"]:
+        kwargs = dict(points[point["label"]])
+        net = config.network(kwargs.pop("num_nodes"), kwargs.pop("content"), steps=config.study_steps,
+                             eval_every=config.study_eval_every, **kwargs)
+        degree = net.num_nodes - 1 if net.topology == "full" else net.num_neighbours
+        assert (net.num_nodes, net.content, net.topology, degree, net.consume_prob, net.broadcast_prob,
+                net.temperature) == (point["nodes"], point["content"], point["topology"], point["num_neighbours"],
+                                     point["consume_prob"], point["broadcast_prob"], point["temperature"]), point

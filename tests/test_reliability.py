@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments import reliability
-from jaxcomm import decision, network, runner
+from jaxcomm import decision, driver, network
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.models import MLP
 
@@ -28,42 +28,47 @@ def noisy_step(state, scale):
 # --------------------------------------------------------------------------- checkpoints
 
 
-@pytest.mark.parametrize("scan", [True, False], ids=["scan", "dispatch"])
-def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, scan):
-    init = (jnp.zeros((3, 2)), jax.random.PRNGKey(0))
-    run = lambda **kw: runner.run_in_chunks(noisy_step, init, 1.0, num_steps=20, chunk_size=4, progress=False,
-                                            scan=scan, **kw)
-    straight, records = run(), []
+def walk_system(step_loop: str, evaluate=None) -> driver.System:
+    init = lambda key: (jnp.zeros((3, 2)), key)
+    evaluate = evaluate or (lambda state, infos, done: {"sum": float(jnp.sum(state[0]))})
+    return driver.System(init, noisy_step, evaluate, step_loop=step_loop)
 
-    def kill_at_12(done, state, infos):
-        records.append(done)
+
+@pytest.mark.parametrize("step_loop", ["scan", "dispatch"])
+def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, step_loop):
+    run = lambda system, **kw: driver.train(system, 1.0, num_steps=20, eval_every=4, key=jax.random.PRNGKey(0),
+                                            progress=False, **kw)
+    straight = run(walk_system(step_loop))
+    plain = walk_system(step_loop).evaluate
+
+    def kill_at_12(state, infos, done):
         if done == 12:
             os.kill(os.getpid(), signal.SIGTERM)  # a real signal through the real handler
+        return plain(state, infos, done)
 
-    with pytest.raises(runner.Interrupted) as stopped:
-        run(on_chunk=kill_at_12, checkpointer=Checkpointer(tmp_path, every=4), metrics=lambda: {"done": records})
-    # The chunk whose callback was interrupted is not kept; the previous one is on disk.
-    assert stopped.value.steps_done == 8
-    assert Checkpointer(tmp_path, every=4, resume=True).latest_step() == 8
-    restored = []
-    resumed = run(on_chunk=lambda done, s, i: restored.append(done), metrics=lambda: {"done": restored},
-                  checkpointer=Checkpointer(tmp_path, every=4, resume=True),
-                  restore_metrics=lambda saved: restored.extend(saved["done"]))
-    assert resumed.resumed_from == 8 and resumed.steps_done == 20 and restored == [4, 8, 12, 16, 20]
-    for a, b in zip(jax.tree_util.tree_leaves(straight.state), jax.tree_util.tree_leaves(resumed.state), strict=True):
+    with pytest.raises(driver.Interrupted) as stopped:
+        run(walk_system(step_loop, kill_at_12), checkpointer=Checkpointer(tmp_path, every=100))
+    # The signal only asks the run to stop: the chunk it came in (evaluation included) is kept and saved.
+    assert stopped.value.steps_done == 12
+    assert Checkpointer(tmp_path, every=4, resume=True).latest_step() == 12
+    resumed = run(walk_system(step_loop), checkpointer=Checkpointer(tmp_path, every=4, resume=True))
+    assert resumed["resumed_from"] == 12 and resumed["steps_done"] == 20
+    assert [r["step"] for r in resumed["history"]] == [4, 8, 12, 16, 20]
+    assert [r["sum"] for r in resumed["history"]] == [r["sum"] for r in straight["history"]]
+    for a, b in zip(jax.tree_util.tree_leaves(straight["state"]), jax.tree_util.tree_leaves(resumed["state"]),
+                    strict=True):
         np.testing.assert_array_equal(a, b)  # bit for bit
 
 
 def test_a_finished_run_resumes_to_its_final_state_without_training(tmp_path):
-    init = (jnp.zeros((2,)), jax.random.PRNGKey(1))
-    first = runner.run_in_chunks(noisy_step, init, 1.0, num_steps=6, chunk_size=3, progress=False,
-                                 checkpointer=Checkpointer(tmp_path, every=100))
+    run = lambda system, **kw: driver.train(system, 1.0, num_steps=6, eval_every=3, key=jax.random.PRNGKey(1),
+                                            progress=False, **kw)
+    first = run(walk_system("scan"), checkpointer=Checkpointer(tmp_path, every=100))
     calls = []
-    again = runner.run_in_chunks(noisy_step, init, 1.0, num_steps=6, chunk_size=3, progress=False,
-                                 on_chunk=lambda *a: calls.append(a),
-                                 checkpointer=Checkpointer(tmp_path, every=100, resume=True))
-    assert calls == [] and again.resumed_from == 6
-    np.testing.assert_array_equal(first.state[0], again.state[0])
+    again = run(walk_system("scan", lambda *a: calls.append(a) or {}),
+                checkpointer=Checkpointer(tmp_path, every=100, resume=True))
+    assert calls == [] and again["resumed_from"] == 6 and again["history"] == first["history"]
+    np.testing.assert_array_equal(first["state"][0], again["state"][0])
 
 
 def test_checkpoint_of_another_config_is_refused(tmp_path):
@@ -83,7 +88,7 @@ def test_checkpoint_names_and_periods_are_checked(tmp_path):
 
 def test_network_killed_by_sigterm_and_resumed_matches_the_uninterrupted_run():
     check = reliability.resume_check(60)
-    assert check["interrupted_at"] == 10  # killed during the second evaluation: the first chunk is kept
+    assert check["interrupted_at"] == 20  # killed during the second evaluation: that chunk is finished and kept
     assert check["history_identical"] and check["state_identical"] and check["value"]
 
 
@@ -96,26 +101,32 @@ def test_non_finite_loss_names_node_and_step_and_keeps_the_last_good_checkpoint(
         loss = jnp.where((count == 6) & (jnp.arange(4) == 2), jnp.nan, jnp.ones(4))
         return (count + 1, _key), loss
 
-    with pytest.raises(runner.NonFiniteLoss, match="node 2 at step 6") as error:
-        runner.run_in_chunks(step, (jnp.int32(0), jnp.zeros(2)), None, num_steps=12, chunk_size=4, progress=False,
-                             loss_of=lambda losses: losses, checkpointer=Checkpointer(tmp_path, every=100))
+    system = driver.System(lambda key: (jnp.int32(0), jnp.zeros(2)), step, lambda *a: {}, losses=lambda infos: infos)
+    with pytest.raises(driver.NonFiniteLoss, match="node 2 at step 6") as error:
+        driver.train(system, None, num_steps=12, eval_every=4, key=jax.random.PRNGKey(0), progress=False,
+                     checkpointer=Checkpointer(tmp_path, every=100))
     assert (error.value.step, error.value.node) == (6, 2) and np.isnan(error.value.value)
-    step_saved, state, _ = Checkpointer(tmp_path, every=1, resume=True).restore((jnp.int32(0), jnp.zeros(2)))
+    step_saved, (state, _), _ = Checkpointer(tmp_path, every=1, resume=True).restore(
+        ((jnp.int32(0), jnp.zeros(2)), None))
     assert step_saved == 4 and int(state[0]) == 4  # the state before the bad chunk
 
 
-def test_first_non_finite():
-    assert runner.first_non_finite(np.ones((3, 2))) is None
-    assert runner.first_non_finite(np.array([1.0, np.inf, np.nan]))[:2] == (1, None)
+def test_first_bad():
+    assert driver.first_bad(np.ones((3, 2))) is None
+    assert driver.first_bad(np.array([1.0, np.inf, np.nan]))[:2] == (1, None)
     losses = np.ones((3, 4))
     losses[2, 1] = losses[1, 3] = np.nan
-    assert runner.first_non_finite(losses)[:2] == (1, 3)
+    assert driver.first_bad(losses)[:2] == (1, 3)
+    losses[0, 2] = -7.0
+    assert driver.first_bad(losses, bound=5.0)[:2] == (0, 2)  # the magnitude counts
 
 
-def test_a_diverging_network_stops_with_the_node_and_step(tiny_dataset):
-    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=5, learning_rate=1e38, num_steps=40,
-                                   eval_every=10)
-    with pytest.raises(runner.NonFiniteLoss, match=r"node \d at step \d+"):
+@pytest.mark.parametrize("learning_rate", [1e38, 1e6])
+def test_a_diverging_network_stops_with_the_node_and_step(tiny_dataset, learning_rate):
+    """lr = 1e38 overflows to NaN; lr = 1e6 stays finite but its loss passes 100x its first step's."""
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=5, learning_rate=learning_rate,
+                                   num_steps=40, eval_every=10)
+    with pytest.raises(driver.LossStop, match=r"node \d at step \d+"):
         network.train_network(config, MODEL, tiny_dataset, progress=False)
 
 

@@ -5,18 +5,111 @@ from __future__ import annotations
 import json
 import pathlib
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
 import pytest
 
 from jaxcomm import network, speed
 from jaxcomm.models import MLP, StridedCNN
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+MNIST = jnp.zeros((4, 28, 28, 1))
+CIFAR = jnp.zeros((4, 32, 32, 3))
+# The benchmark's workloads (experiments/benchmark.py) and the family each is recorded under.
+WORKLOADS = {"student": (MLP(hidden=(32, 32)), MNIST, "mlp"),
+             "teacher": (MLP(hidden=(1200, 1200), dropout=0.5), MNIST, "wide_mlp"),
+             "cnn": (StridedCNN(), CIFAR, "conv")}
 
 
-def test_model_family():
-    assert speed.model_family(MLP(hidden=(32, 32))) == "student"
-    assert speed.model_family(MLP(hidden=(1200, 1200))) == "teacher"
-    assert speed.model_family(StridedCNN()) == "cnn"
+class ResidualCNN(nn.Module):
+    """A small residual CNN of one's own: two blocks with skip connections, global pooling."""
+
+    width: int = 16
+
+    @nn.compact
+    def __call__(self, x, *, train: bool = False):
+        h = nn.Conv(self.width, (3, 3))(x)
+        for _ in range(2):
+            skip = h
+            h = nn.relu(nn.Conv(self.width, (3, 3))(h))
+            h = nn.Dropout(0.1, deterministic=not train)(h)
+            h = nn.relu(nn.Conv(self.width, (3, 3))(h) + skip)
+        features = h.mean(axis=(1, 2))
+        return nn.Dense(10)(features), features
+
+
+def train_step_of(model, images):
+    """A node's train step on pytrees and a PRNG key, as research code writes one; and its example arguments."""
+    optimizer = optax.adam(1e-3)
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0), images)["params"]  # shapes: nothing runs
+    labels = jnp.zeros((images.shape[0],), jnp.int32)
+
+    def train(state, images, labels, key):
+        params, opt_state = state
+
+        def loss_fn(params):
+            logits, _ = model.apply({"params": params}, images, train=True, rngs={"dropout": key})
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    return train, ((params, jax.eval_shape(optimizer.init, params)), images, labels, jax.random.PRNGKey(1))
+
+
+@pytest.mark.parametrize("model,images,family", [
+    (StridedCNN(widths=(8, 16)), CIFAR, "conv"),
+    (ResidualCNN(), CIFAR, "conv"),
+    (MLP(hidden=(1024,)), MNIST, "wide_mlp"),
+    (MLP(hidden=(100,)), MNIST, "mlp"),
+    (MLP(hidden=(100, 600), dropout=0.5), MNIST, "wide_mlp"),
+    (MLP(hidden=(511,), num_classes=10), CIFAR, "mlp"),  # 3,072 inputs: only output features count
+])
+def test_family_of_what_the_model_computes(model, images, family):
+    assert speed.model_family(model, images) == family
+    train, args = train_step_of(model, images)
+    assert speed.family_of(train, *args) == family  # the backward pass's matmuls do not count
+    assert speed.family_of(jax.jit(train), *args) == family
+
+
+def test_family_of_a_train_step_on_concrete_pytrees_and_a_key():
+    train, args = train_step_of(MLP(hidden=(16,)), MNIST)
+    concrete = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), args)
+    concrete = (*concrete[:-1], jax.random.PRNGKey(1))
+    assert speed.family_of(train, *concrete) == "mlp"
+    typed_key = (*concrete[:-1], jax.random.key(1))  # new-style typed keys too
+    assert speed.family_of(train, *typed_key) == "mlp"
+
+
+def test_family_of_looks_inside_sub_jaxprs():
+    kernel = jnp.zeros((3, 3, 3, 4))
+    conv = lambda x: jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    wide = lambda x: x.reshape(x.shape[0], -1) @ jnp.zeros((3072, 512))
+    for inner, family in ((conv, "conv"), (wide, "wide_mlp")):
+        in_scan = lambda x, f=inner: jax.lax.scan(lambda c, _: (c, f(x)), 0.0, None, length=2)[1]
+        in_cond = lambda x, f=inner: jax.lax.cond(x.sum() > 0, f, lambda x, f=f: jnp.zeros_like(f(x)), x)
+        with_vjp = jax.custom_vjp(inner)
+        with_vjp.defvjp(lambda x, f=inner: (f(x), None), lambda _, g: (jnp.zeros_like(CIFAR),))
+        with_jvp = jax.custom_jvp(inner)
+        with_jvp.defjvp(lambda primals, tangents, f=inner: (f(*primals), f(*tangents)))
+        for fn in (inner, jax.jit(inner), in_scan, in_cond, with_vjp, with_jvp, jax.checkpoint(inner)):
+            assert speed.family_of(fn, CIFAR) == family
+        assert speed.family_of(jax.vmap(inner), CIFAR[None]) == family  # a lifted population too
+        assert speed.family_of(jax.grad(lambda x, f=inner: f(x).sum()), CIFAR) == family
+    assert speed.family_of(lambda x: x @ jnp.zeros((8, 511)), jnp.zeros((2, 8))) == "mlp"
+    assert speed.family_of(lambda x: jnp.tanh(x), jnp.zeros((2, 8))) == "mlp"
+
+
+def test_the_benchmark_workloads_families():
+    for model, images, family in WORKLOADS.values():
+        assert speed.model_family(model, images) == family
+    assert set(speed.FAMILIES) == {family for _, _, family in WORKLOADS.values()}
+    recorded = json.loads((ROOT / "jaxcomm" / "assets" / "backends.json").read_text())
+    for platform in recorded.values():
+        assert set(platform) <= set(speed.FAMILIES)
 
 
 def fake_summary():
@@ -33,44 +126,52 @@ def fake_summary():
     }}
 
 
+FAMILY = {workload: family for workload, (_, _, family) in WORKLOADS.items()}
+
+
 def test_choices_round_trip_and_nearest_row(tmp_path, monkeypatch):
     monkeypatch.setattr(speed, "_CHOICES_FILE", tmp_path / "backends.json")
-    speed.write_backend_choices(fake_summary(), platform="cpu")
+    speed.write_backend_choices(fake_summary(), platform="cpu", families=FAMILY)
     written = json.loads((tmp_path / "backends.json").read_text())
-    assert written["cpu"]["cnn"] == [{"num_nodes": 4, "batch_size": 32, "ranking": [
+    assert list(written["cpu"]) == ["mlp", "wide_mlp", "conv"]
+    assert written["cpu"]["conv"] == [{"num_nodes": 4, "batch_size": 32, "ranking": [
         ["unrolled", "dispatch"], ["sharded", "dispatch"], ["vmap", "dispatch"]]}]
     choose = lambda family, n, **kw: speed.choose(family, n, platform="cpu", **kw)
-    assert choose("student", 8) == ("vmap", "scan")
-    assert choose("student", 4) == ("vmap", "scan")  # nearest measured: 8
-    assert choose("student", 1024) == ("map", "scan")  # nearest measured: 256
-    assert choose("teacher", 8) == ("unrolled", "dispatch")
-    assert choose("cnn", 10) == ("unrolled", "dispatch")
+    assert choose("mlp", 8) == ("vmap", "scan")
+    assert choose("mlp", 4) == ("vmap", "scan")  # nearest measured: 8
+    assert choose("mlp", 1024) == ("map", "scan")  # nearest measured: 256
+    assert choose("wide_mlp", 8) == ("unrolled", "dispatch")
+    assert choose("conv", 10) == ("unrolled", "dispatch")
     # A fixed half of the pair is honoured: the fastest pair consistent with it.
-    assert choose("teacher", 8, backend="vmap") == ("vmap", "dispatch")
-    assert choose("student", 8, step_loop="dispatch") == ("vmap", "dispatch")
-    assert choose("student", 8, backend="sharded") == ("sharded", "scan")  # unmeasured: the rule of thumb
+    assert choose("wide_mlp", 8, backend="vmap") == ("vmap", "dispatch")
+    assert choose("mlp", 8, step_loop="dispatch") == ("vmap", "dispatch")
+    assert choose("mlp", 8, backend="sharded") == ("sharded", "scan")  # unmeasured: the rule of thumb
     # Past the unroll limit the next-ranked pair is used, unless unrolling was asked for.
-    assert choose("cnn", 2 * speed.UNROLL_LIMIT) == ("sharded", "dispatch")
-    assert choose("cnn", 2 * speed.UNROLL_LIMIT, backend="unrolled") == ("unrolled", "dispatch")
+    assert choose("conv", 2 * speed.UNROLL_LIMIT) == ("sharded", "dispatch")
+    assert choose("conv", 2 * speed.UNROLL_LIMIT, backend="unrolled") == ("unrolled", "dispatch")
     # Other platforms keep their entries; unmeasured ones use the rule of thumb.
     speed.write_backend_choices({"rows": {}}, platform="gpu")
     assert json.loads((tmp_path / "backends.json").read_text())["cpu"] == written["cpu"]
-    assert speed.choose("cnn", 10, platform="tpu") == ("vmap", "scan")
+    assert speed.choose("conv", 10, platform="tpu") == ("vmap", "scan")
+    # Without a mapping the workload names are the families.
+    speed.write_backend_choices(fake_summary(), platform="cpu")
+    assert set(json.loads((tmp_path / "backends.json").read_text())["cpu"]) == {"student", "teacher", "cnn"}
 
 
 def test_rule_of_thumb_without_measurements(tmp_path, monkeypatch):
     monkeypatch.setattr(speed, "_CHOICES_FILE", tmp_path / "missing.json")
-    assert speed.choose("cnn", 10, platform="cpu") == ("unrolled", "dispatch")
-    assert speed.choose("cnn", 1000, platform="cpu") == ("vmap", "dispatch")
-    assert speed.choose("student", 64, platform="cpu") == ("vmap", "scan")
-    assert speed.choose("cnn", 10, platform="gpu") == ("vmap", "scan")
+    assert speed.choose("conv", 10, platform="cpu") == ("unrolled", "dispatch")
+    assert speed.choose("conv", 1000, platform="cpu") == ("vmap", "dispatch")
+    assert speed.choose("mlp", 64, platform="cpu") == ("vmap", "scan")
+    assert speed.choose("wide_mlp", 8, platform="cpu") == ("vmap", "scan")
+    assert speed.choose("conv", 10, platform="gpu") == ("vmap", "scan")
 
 
 def test_network_resolves_auto_and_honours_overrides():
     make = lambda **kw: network.make_network(network.NetworkConfig(num_nodes=4, **kw), MLP(hidden=(8,), num_classes=4),
                                              image_shape=(8, 8, 1), num_classes=4)
     auto = make()
-    assert (auto.backend, auto.step_loop) == speed.choose("student", 4)
+    assert (auto.backend, auto.step_loop) == speed.choose("mlp", 4)
     forced = make(backend="map", step_loop="dispatch")
     assert forced.backend == "map" and forced.step_loop == "dispatch"
     with pytest.raises(ValueError, match="step_loop must be one of"):
@@ -86,5 +187,6 @@ def test_auto_picks_the_measured_best_backend_of_every_benchmark_row():
     for name, row in summary["rows"].items():
         if "error" in row:
             continue
-        chosen = speed.choose(row["workload"], row["num_nodes"], batch_size=row["batch_size"], platform="cpu")
+        chosen = speed.choose(FAMILY[row["workload"]], row["num_nodes"], batch_size=row["batch_size"],
+                              platform="cpu")
         assert chosen == (row["best_backend"], row["best_step_loop"]), name

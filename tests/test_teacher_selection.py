@@ -1,35 +1,22 @@
-"""The chapter-3 experiment: config rules, population == separate runs, metrics, and a smoke run."""
+"""The chapter-3 experiment: config rules, presets, table metrics, a smoke run and the committed table's redraw.
+
+The engine it composes (teacher, student population, counting) is tested in ``tests/test_teacher.py``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import math
 import os
 import pathlib
-import sys
+import shutil
 
-import chex
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from jaxcomm import data, population
+from experiments import teacher_selection as ts
+from jaxcomm import data, teacher
 
-
-def _load_experiment():
-    """Imports experiments/teacher_selection.py by path (experiments/ is not an installed package)."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "teacher_selection.py"
-    spec = importlib.util.spec_from_file_location("teacher_selection", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-ts = _load_experiment()
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- config rules
 
@@ -39,16 +26,7 @@ BASE = ts.smoke_config()
 @pytest.mark.parametrize("field,value,message", [
     ("dataset", "cifar10", "dataset must be one of"),
     ("data_dir", 3, "data_dir must be a string"),
-    ("teacher_hidden", (), "teacher_hidden must be a non-empty tuple"),
-    ("student_hidden", (32, 0), "student_hidden must be a non-empty tuple"),
-    ("teacher_dropout", 1.0, r"teacher_dropout must be a probability in \[0, 1\)"),
-    ("teacher_batch_size", 0, "teacher_batch_size must be an integer >= 1"),
-    ("teacher_max_epochs", 0, "teacher_max_epochs must be an integer >= 1"),
-    ("teacher_patience", 1.5, "teacher_patience must be an integer >= 1"),
-    ("teacher_seed", "0", "teacher_seed must be an integer"),
-    ("cache_dir", None, "cache_dir must be a string"),
-    ("batch_size", 0, "batch_size must be an integer >= 1"),
-    ("learning_rate", 0.0, "learning_rate must be a number > 0"),
+    ("teacher_patience", 1.5, "teacher_patience must be an integer >= 1"),  # inherited: tests/test_teacher.py
     ("rows", ("stack2_ce_soft",), "rows must be distinct names .* including 'baseline'"),
     ("rows", ("baseline", "stack3_ce_soft"), "rows must be distinct names"),
     ("rows", ("baseline", "baseline"), "rows must be distinct names"),
@@ -82,72 +60,13 @@ def test_presets_are_valid_and_the_cpu_preset_covers_table_3_1():
     assert {1, 2, 5, *cpu.study_stack_sizes} == {1, 2, 5, 10, 20, 50, 100}
 
 
-# --------------------------------------------------------------------------- population == separate runs
-
-STUDENTS = [
-    ts.Student("baseline", 0, 1, "cross_entropy", False, 0),
-    ts.Student("a", 1, 2, "cross_entropy", True, 0),
-    ts.Student("b", 0, 2, "random", True, 0),
-    ts.Student("c", 2, 2, "euclidean", False, 0),
-    ts.Student("d", 0, 3, "learnability", False, 2),  # warm-up: 2 plain updates, then selection
-]
-STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_dataset):
-    rng = np.random.default_rng(0)
-    probs = jnp.asarray(rng.dirichlet(np.ones(4), size=len(tiny_dataset.train.labels)), jnp.float32)
-    arrays = ts.TrainArrays(jnp.asarray(tiny_dataset.train.images), jnp.asarray(tiny_dataset.train.labels), probs)
-    config = dataclasses.replace(BASE, student_hidden=(8,), batch_size=4, map_batch_size=2)
-    return config, arrays
-
-
-def train(config, arrays, students, steps=STEPS):
-    init, step, _ = ts.make_students(config, (8, 8, 1), 4, [s.stack_size for s in students])
-    state = init(ts.student_keys(config, students))
-    step = jax.jit(step)
-    losses = []
-    for _ in range(steps):
-        state, loss = step(state, (arrays, ts.hyper_arrays(students)))
-        losses.append(loss)
-    return state, jnp.stack(losses)
-
-
-@pytest.fixture(scope="module")
-def alone(tiny):
-    """Each student trained by itself (a population of one, its own stack, no padding)."""
-    config, arrays = tiny
-    return [train(dataclasses.replace(config, backend="vmap"), arrays, [s]) for s in STUDENTS]
-
-
-@pytest.mark.parametrize("padding,backend", [("by_stack", "map"), ("all", "vmap")])
-def test_population_equals_separate_single_student_runs(tiny, alone, padding, backend):
-    config, arrays = tiny
-    config = dataclasses.replace(config, padding=padding, backend=backend)
-    together, losses = train(config, arrays, STUDENTS)
-    chex.assert_shape(losses, (STEPS, len(STUDENTS)))
-    chex.assert_tree_all_finite(together.nodes)
-    for i, (student, (alone_state, alone_losses)) in enumerate(zip(STUDENTS, alone, strict=True)):
-        if padding == "all" and student.distance == "random":
-            continue  # its random scores are drawn over the padded stack: a different (equally valid) stream
-        chex.assert_trees_all_close(population.node(together.nodes, i), population.node(alone_state.nodes, 0),
-                                    rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(losses[:, i], alone_losses[:, 0], rtol=1e-5, atol=1e-6)
-
-
-def test_stack_of_one_with_true_labels_is_plain_training(tiny):
-    """n = 1: the teacher hands back the only minibatch, so distance and warm-up change nothing."""
-    config, arrays = tiny
-    runs = [train(config, arrays, [ts.Student("x", 0, 1, d, False, w)])[1] for d, w in
-            (("cross_entropy", 0), ("euclidean", 3), ("random", 0))]
-    for other in runs[1:]:
-        np.testing.assert_allclose(other, runs[0], rtol=1e-6)
-
-
-def test_segments_group_consecutive_equal_stacks():
-    assert ts.segments([1, 1, 2, 2, 2, 5], "by_stack") == [(0, 2, 1), (2, 5, 2), (5, 6, 5)]
-    assert ts.segments([1, 1, 2, 5], "all") == [(0, 4, 5)]
+def test_the_config_adds_only_the_experiments_fields_to_the_engines():
+    engine = {f.name for f in dataclasses.fields(teacher.SelectionConfig)}
+    own = set(ts.TeacherSelectionConfig.__annotations__)
+    assert issubclass(ts.TeacherSelectionConfig, teacher.SelectionConfig) and not own & engine
+    assert own == {"dataset", "data_dir", "rows", "seeds", "max_updates", "study_stack_sizes", "study_seeds",
+                   "study_max_updates", "warmup_updates", "timing_updates"}
+    assert BASE.replace(eval_every=7).eval_every == 7 and isinstance(BASE.replace(seeds=1), ts.TeacherSelectionConfig)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -156,14 +75,6 @@ def student(steps, acc, n=5, warmup=0, best_val=97.0):
     return {"steps": steps, "val_accuracy": acc, "stack_size": n, "warmup": warmup, "soft": True,
             "distance": "cross_entropy", "best_val": best_val, "best_step": steps[-1], "test_accuracy": 97.0,
             "stop_step": steps[-1], "stopped_by_patience": False}
-
-
-def test_updates_to_threshold_and_compute_counts():
-    s = student([100, 200, 300], [96.0, 96.5, 96.9], n=5, warmup=150)
-    assert ts.updates_to(s, 96.5) == 200 and ts.updates_to(s, 96.8) == 300 and ts.updates_to(s, 97) == math.inf
-    # 150 plain updates (1 forward each) + 50 selecting updates of 5 forward passes.
-    assert ts.forward_passes(s, 200) == 150 + 50 * 5
-    assert ts.compute_units(s, 200) == 400 + 2 * 200
 
 
 def test_row_metrics_medians_nulls_and_speedups():
@@ -184,7 +95,18 @@ def test_row_metrics_medians_nulls_and_speedups():
     assert fast_row["wall_seconds_to_96_5"] == pytest.approx(0.4)
 
 
-# --------------------------------------------------------------------------- smoke run
+def test_table_students_share_seeds_across_rows():
+    config = BASE
+    students = ts.table_students(config)
+    assert len(students) == len(config.rows) * config.seeds
+    assert {s.seed for s in students if s.row == "stack5_ce_true"} == set(range(config.seeds))
+    assert [s for s in students if s.row == "stack5_ce_true"][0] == teacher.Student("stack5_ce_true", 0, 5,
+                                                                                     "cross_entropy", False, 0)
+    study = ts.study_students(config, 10)
+    assert [s.warmup for s in study] == [0] * config.study_seeds + [config.warmup_updates] * config.study_seeds
+
+
+# --------------------------------------------------------------------------- smoke run and report
 
 def smoke_config():
     config = ts.smoke_config()
@@ -215,30 +137,11 @@ def test_smoke_run_end_to_end(tmp_path, monkeypatch):
     assert "| stack 2, cross-entropy, soft labels | 96.9 | 25,000 |" in (tmp_path / "table.md").read_text()
 
 
-def test_population_killed_by_sigterm_resumes_to_the_uninterrupted_result(tiny_dataset, tiny, tmp_path, monkeypatch):
-    """Checkpoint = student states + the best-validation parameters and curves tracked between chunks."""
-    import signal
-
-    from jaxcomm import runner
-    from jaxcomm.checkpoint import Checkpointer
-
-    config, arrays = tiny
-    config = dataclasses.replace(config, eval_every=10)
-    dataset = data.ImageDataset("synthetic", tiny_dataset.train, tiny_dataset.test, tiny_dataset.test, 4)
-    train_population = lambda **kw: ts.train_population(config, STUDENTS, dataset, arrays, max_updates=40,
-                                                        progress=False, **kw)
-    straight = train_population()
-    accuracy, calls = ts._population_accuracy, []
-
-    def kill_on_third(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return accuracy(*args, **kwargs)
-
-    monkeypatch.setattr(ts, "_population_accuracy", kill_on_third)
-    with pytest.raises(runner.Interrupted):
-        train_population(checkpointer=Checkpointer(tmp_path, every=10))
-    monkeypatch.setattr(ts, "_population_accuracy", accuracy)
-    resumed = train_population(checkpointer=Checkpointer(tmp_path, every=10, resume=True))
-    assert resumed["students"] == straight["students"]
+def test_the_committed_table_redraws_byte_identical(tmp_path):
+    committed = ROOT / "results" / "teacher_selection"
+    for name in ("summary.json", "notes.md"):
+        if (committed / name).is_file():
+            shutil.copy(committed / name, tmp_path / name)
+    summary, _ = ts.results.read_run(tmp_path)
+    ts.report.write_table(tmp_path, ts.table_markdown(summary))
+    assert (tmp_path / "table.md").read_text() == (committed / "table.md").read_text()

@@ -9,9 +9,13 @@ import pytest
 
 from jaxcomm import topology
 from jaxcomm.topology import (
+    as_graph_fn,
+    check,
+    exponential,
     full,
     graph_at,
     in_degree,
+    named,
     out_degree,
     random_graph,
     ring,
@@ -222,3 +226,139 @@ def test_validate_adjacency():
 def test_public_names():
     for name in topology.__all__:
         assert callable(getattr(topology, name))
+
+
+def _edges(adj) -> set[tuple[int, int]]:
+    return {(int(i), int(j)) for i, j in zip(*np.nonzero(np.asarray(adj)), strict=True)}
+
+
+def test_exponential_by_hand():
+    assert exponential(1).shape == (1, 1) and not exponential(1).any()
+    np.testing.assert_array_equal(exponential(2), [[False, True], [True, False]])
+    # N = 5: ceil(log2 5) = 3 offsets, 1, 2, 4.
+    assert _edges(exponential(5)) == {(i, (i + d) % 5) for i in range(5) for d in (1, 2, 4)}
+    assert _edges(exponential(5)) >= {(0, 1), (0, 2), (0, 4), (4, 0), (4, 1), (4, 3)}
+    # N = 8: i -> i+1, i+2, i+4.
+    want = np.zeros((8, 8), bool)
+    for i in range(8):
+        want[i, [(i + 1) % 8, (i + 2) % 8, (i + 4) % 8]] = True
+    got = exponential(8)
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, want)
+    assert _edges(got) >= {(0, 1), (0, 2), (0, 4), (7, 0), (7, 1), (7, 3), (5, 6), (5, 7), (5, 1)}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 16, 33, 64])
+def test_exponential_degrees(n):
+    adj = exponential(n)
+    degree = int(np.ceil(np.log2(n)))
+    assert not np.diagonal(adj).any()
+    np.testing.assert_array_equal(out_degree(adj), degree)
+    np.testing.assert_array_equal(in_degree(adj), degree)
+    if n & (n - 1) == 0:
+        assert degree == n.bit_length() - 1  # log2 N exactly
+
+
+def test_exponential_bad_sizes():
+    with pytest.raises(ValueError, match="num_nodes must be >= 1"):
+        exponential(0)
+    with pytest.raises(TypeError, match="num_nodes must be an int"):
+        exponential(4.0)
+
+
+def test_check_accepts_bool_and_01_ints():
+    adj = ring(4, 1)
+    for given in (adj, jnp.asarray(adj), adj.astype(np.int32), adj.astype(np.uint8).tolist()):
+        got = check(given, 4)
+        assert isinstance(got, np.ndarray) and got.dtype == np.bool_
+        np.testing.assert_array_equal(got, adj)
+
+
+def test_check_errors():
+    with pytest.raises(ValueError, match=r"shape \(num_nodes, num_nodes\) = \(4, 4\), got shape \(3, 3\)"):
+        check(ring(3, 1), 4)
+    with pytest.raises(ValueError, match=r"= \(4, 4\), got shape \(4,\)"):
+        check(np.zeros(4, bool), 4)
+    with pytest.raises(ValueError, match=r"got values \[2\] \(dtype int64"):
+        check(2 * ring(4, 1).astype(np.int64), 4)
+    with pytest.raises(ValueError, match=r"got dtype float32 .*astype\(bool\)"):
+        check(ring(4, 1).astype(np.float32), 4)
+    bad = ring(5, 1)
+    bad[1, 1] = bad[3, 3] = True
+    with pytest.raises(ValueError, match=r"no self-loops, but nodes \[1, 3\] send to themselves"):
+        check(bad, 5)
+    with pytest.raises(TypeError, match="concrete"):
+        jax.jit(lambda a: check(a, 4))(jnp.asarray(ring(4, 1)))
+
+
+def test_as_graph_fn_of_an_array_is_the_array():
+    adj = exponential(8)
+    fn, dynamic = as_graph_fn(adj, 8)
+    assert dynamic is False
+    key = jax.random.PRNGKey(3)
+    for step in (0, 7, jnp.int32(100)):
+        np.testing.assert_array_equal(fn(key, step), adj)
+    np.testing.assert_array_equal(jax.jit(fn)(key, jnp.int32(5)), adj)
+    with pytest.raises(ValueError, match="self-loops"):
+        as_graph_fn(np.eye(3, dtype=bool), 3)
+    with pytest.raises(TypeError, match="bool \\[N, N\\] array or a function"):
+        as_graph_fn("ring", 3)
+
+
+def test_as_graph_fn_of_a_function():
+    def every_50(key, step):
+        return graph_at(key, step, num_nodes=6, num_neighbours=2, every=50)
+
+    fn, dynamic = as_graph_fn(every_50, 6)
+    assert fn is every_50 and dynamic is True
+    with pytest.raises(ValueError, match=r"every_50\(key, step\) must return a bool array of shape .* "
+                       r"= \(5, 5\), got shape \(6, 6\), dtype bool"):
+        as_graph_fn(every_50, 5)
+    with pytest.raises(ValueError, match=r"got shape \(4, 4\), dtype int32"):
+        as_graph_fn(lambda key, step: jnp.ones((4, 4), jnp.int32), 4)
+    with pytest.raises(ValueError, match=r"step=0\) must have no self-loops, but nodes \[0, 1, 2, 3\]"):
+        as_graph_fn(lambda key, step: jnp.ones((4, 4), bool), 4)
+    # Self-loops are looked for at step 0 only; later steps are the caller's responsibility.
+    as_graph_fn(lambda key, step: (step > 0) | ~jnp.eye(4, dtype=bool), 4)
+    with pytest.raises(TypeError, match="could not be traced"):
+        as_graph_fn(lambda key, step: ring(4, int(step) + 1), 4)
+
+
+def _today(name, key, step, n, p, every):
+    """The graph jaxcomm.network's make_network drew before graphs were values."""
+    if name == "ring":
+        return jnp.asarray(ring(n, p))
+    if name == "full":
+        return jnp.asarray(full(n))
+    if name == "random":
+        return random_graph(key, n, p)
+    return graph_at(key, step, num_nodes=n, num_neighbours=p, every=every)
+
+
+@pytest.mark.parametrize("name", ["ring", "full", "random", "time_varying"])
+@pytest.mark.parametrize("n,p", [(1, 0), (5, 2), (10, 3)])
+def test_named_reproduces_todays_graphs(name, n, p):
+    fn, dynamic = named(name, n, num_neighbours=p, redraw_every=4)
+    assert dynamic == (name == "time_varying")
+    for seed in (0, 1):
+        key = jax.random.PRNGKey(seed)
+        for step in (0, 3, 4, 9, jnp.int32(13)):
+            got = fn(key, step)
+            np.testing.assert_array_equal(got, _today(name, key, step, n, p, 4))
+            assert got.dtype == jnp.bool_
+        np.testing.assert_array_equal(jax.jit(fn)(key, jnp.int32(8)), _today(name, key, 8, n, p, 4))
+
+
+def test_named_exponential_and_errors():
+    fn, dynamic = named("exponential", 8)
+    assert dynamic is False
+    np.testing.assert_array_equal(fn(jax.random.PRNGKey(0), 3), exponential(8))
+    with pytest.raises(ValueError, match="topology must be one of"):
+        named("star", 4, num_neighbours=1)
+    with pytest.raises(ValueError, match="needs num_neighbours"):
+        named("ring", 4)
+    with pytest.raises(ValueError, match="needs redraw_every"):
+        named("time_varying", 4, num_neighbours=1)
+    with pytest.raises(ValueError, match="num_neighbours must be in"):
+        named("random", 4, num_neighbours=4)
+    assert set(topology.NAMES) == {"ring", "full", "random", "time_varying", "exponential"}

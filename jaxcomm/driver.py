@@ -1,0 +1,438 @@
+"""The one training driver: any system, in jitted chunks, with evaluation, checkpoints and stops.
+
+A *system* is a :class:`System`, a value of pure functions (``init``, ``step``)
+and a host-side ``evaluate``. :func:`train` runs it:
+
+* steps run in chunks under ``jit``, as one ``lax.scan`` or one call per step
+  (``System.step_loop``); the Python side only touches the state between
+  chunks (evaluation, the progress bar, checkpoints);
+* after every ``eval_every`` steps, ``evaluate`` adds a record to the history;
+* a :class:`Tracker` keeps each member's best-by-validation values (the
+  parameters at its best score), with per-member patience and a common target;
+* a non-finite loss, or one past ``divergence`` x the mean loss of the run's
+  first step (the untrained system), stops the run naming the node and step;
+* with a :class:`jaxcomm.checkpoint.Checkpointer` the state, history and best
+  values are saved every ``checkpointer.every`` steps and on SIGINT/SIGTERM, and
+  a resumed run ends with exactly the history of an uninterrupted one;
+* SIGINT/SIGTERM are honoured between steps of a dispatched chunk; a scanned
+  chunk measured to run longer than ``max_block_seconds`` is cut into pieces
+  that divide ``eval_every`` (a length's first call, mostly compilation, is not
+  judged).
+
+Every system of jaxcomm (chapter 2's network, data-parallel SGD, chapter 3's
+teacher and students, chapter 4's agents) and research code's own systems
+train through :func:`train`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from jaxcomm.checkpoint import Checkpointer
+from jaxcomm.population import to_host, where
+
+PyTree = Any
+STEP_LOOPS = ("scan", "dispatch")
+
+
+def _identity(info):
+    return info
+
+
+class System(NamedTuple):
+    """A training system the driver runs: pure functions plus a host-side evaluation.
+
+    Attributes:
+      init: ``init(key) -> state``, pure.
+      step: ``step(state, data) -> (state, info)``, pure; ``data`` holds the
+        constant arrays the step reads (passed as an argument, never baked in).
+      evaluate: ``evaluate(state, infos, steps_done) -> dict``, on the host after
+        every ``eval_every`` steps; ``infos`` are the chunk's summarized infos
+        (leading axis ``[L]``). The dict (JSON-able) becomes a history record.
+      losses: ``losses(infos) -> [L] or [L, N]``: the losses the non-finite and
+        divergence stops watch (None: no watch).
+      summarize: maps one step's ``info`` to what is kept per step; keep it small
+        (XLA drops whatever the summary does not use).
+      step_loop: "scan" (a chunk is one ``lax.scan``) or "dispatch" (one jitted
+        call per step: faster for convolutions on CPU, see :mod:`jaxcomm.speed`).
+      postfix: ``postfix(record) -> dict`` shown beside the progress bar.
+    """
+
+    init: Callable[[jax.Array], PyTree]
+    step: Callable[[PyTree, PyTree], tuple[PyTree, PyTree]]
+    evaluate: Callable[[PyTree, PyTree, int], dict]
+    losses: Callable[[PyTree], jax.Array] | None = None
+    summarize: Callable[[PyTree], PyTree] = _identity
+    step_loop: str = "scan"
+    postfix: Callable[[dict], dict] | None = None
+
+
+class Tracker(NamedTuple):
+    """Per-member best-by-validation: what to score, what to keep, when a member or the run stops.
+
+    Attributes:
+      score: ``score(record) -> [R]`` validation scores of the R members (higher
+        is better) from an evaluation record.
+      keep: ``keep(state) -> PyTree`` with leaves ``[R, ...]``: the values kept at
+        each member's best score (its parameters, say).
+      patience: a member whose best is ``patience`` or more steps old stops: its
+        later evaluations no longer change its best (None: never).
+      stop_at: the run ends once every member's best score is >= this (None: never).
+    """
+
+    score: Callable[[dict], Any]
+    keep: Callable[[PyTree], PyTree]
+    patience: int | None = None
+    stop_at: float | None = None
+
+
+class Best(NamedTuple):
+    """What a :class:`Tracker` holds.
+
+    Attributes:
+      score: ``[R] float64`` best score so far, -inf before the first evaluation.
+      step: ``[R] int64`` steps done at that score.
+      stop: ``[R] int64`` step at which the member ran out of patience, -1 while active.
+      kept: the tracker's ``keep`` at each member's best, leaves ``[R, ...]``.
+    """
+
+    score: np.ndarray
+    step: np.ndarray
+    stop: np.ndarray
+    kept: PyTree
+
+
+def start_best(tracker: Tracker, state: PyTree) -> Best:
+    """The tracker's state before any evaluation (sized from ``tracker.keep(state)``)."""
+    kept = tracker.keep(state)
+    size = jax.tree_util.tree_leaves(kept)[0].shape[0]
+    return Best(np.full(size, -np.inf), np.zeros(size, np.int64), np.full(size, -1, np.int64), kept)
+
+
+def update_best(tracker: Tracker, best: Best, record: dict, state: PyTree, steps_done: int) -> tuple[Best, bool]:
+    """``(best, finished)`` after an evaluation: active members that improved keep their values.
+
+    ``finished`` is True once every member has stopped or every best reaches ``tracker.stop_at``.
+    """
+    scores = np.asarray(tracker.score(record), np.float64).reshape(best.score.shape)
+    active = best.stop < 0
+    improved = active & (scores > best.score)
+    kept = best.kept
+    if improved.any():
+        kept = where(jnp.asarray(improved), tracker.keep(state), best.kept)
+    step = np.where(improved, steps_done, best.step)
+    stop = best.stop
+    if tracker.patience is not None:
+        stop = np.where(active & (steps_done - step >= tracker.patience), steps_done, best.stop)
+    best = Best(np.where(improved, scores, best.score), step, stop, kept)
+    finished = bool((best.stop >= 0).all()) or (tracker.stop_at is not None
+                                                 and bool((best.score >= tracker.stop_at).all()))
+    return best, finished
+
+
+class Interrupted(KeyboardInterrupt):
+    """A checkpointed run was stopped by SIGINT/SIGTERM after saving; ``--resume`` continues it."""
+
+    def __init__(self, steps_done: int, directory: str):
+        super().__init__(f"interrupted after {steps_done} steps; checkpoint saved in {directory}")
+        self.steps_done, self.directory = steps_done, directory
+
+
+class LossStop(FloatingPointError):
+    """A loss left its bounds; ``step`` (0-based, of the run) and ``node`` (or None) name the first."""
+
+    def __init__(self, what: str, step: int, node: int | None, value: float, *, good_step: int, saved: str | None):
+        where_ = f"node {node} at step {step}" if node is not None else f"step {step}"
+        kept = f"; the last good state (after {good_step} steps) is checkpointed in {saved}" if saved else ""
+        super().__init__(f"{what} ({value:.6g}) at {where_}{kept}")
+        self.step, self.node, self.value = step, node, value
+
+
+class NonFiniteLoss(LossStop):
+    """A loss became NaN or infinite."""
+
+    def __init__(self, step: int, node: int | None, value: float, **kwargs):
+        super().__init__("non-finite loss", step, node, value, **kwargs)
+
+
+class Diverged(LossStop):
+    """A loss grew past ``bound`` (``divergence`` x the loss at the run's first step)."""
+
+    def __init__(self, step: int, node: int | None, value: float, *, bound: float, **kwargs):
+        super().__init__(f"diverged: loss above {bound:.6g}", step, node, value, **kwargs)
+        self.bound = bound
+
+
+def first_bad(losses: np.ndarray, bound: float = np.inf) -> tuple[int, int | None, float] | None:
+    """``(step index, node or None, value)`` of the first entry of ``losses [L]`` or ``[L, N]`` that is
+    non-finite or whose magnitude exceeds ``bound``."""
+    losses = np.asarray(losses, np.float64)
+    flat = losses.reshape(len(losses), -1)
+    bad = ~np.isfinite(flat) | (np.abs(flat) > bound)
+    if not bad.any():
+        return None
+    step = int(np.argmax(bad.any(axis=1)))
+    node = int(np.argmax(bad[step])) if losses.ndim > 1 else None
+    return step, node, float(flat[step, node or 0])
+
+
+def first_non_finite(losses: np.ndarray) -> tuple[int, int | None, float] | None:
+    """``(step index, node or None, value)`` of the first non-finite entry of ``losses [L]`` or ``[L, N]``."""
+    return first_bad(losses)
+
+
+class _StopOnSignal:
+    """Within the block, SIGINT and SIGTERM set a flag that the loop checks between steps and pieces.
+
+    A KeyboardInterrupt raised while JAX dispatches or compiles can crash the
+    interpreter on exit, so the first signal only asks the run to stop at the
+    next check; a second one raises at once. A signal caught after the last
+    check is passed on to the previous handler by :meth:`pass_on` (main thread only).
+    """
+
+    def __enter__(self):
+        self.signum, self.acted, self._old = None, False, {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._old[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"signal {signum}")
+        self.signum = signum
+
+    def check(self) -> None:
+        """Raises KeyboardInterrupt (from Python, between JAX calls) once a signal came."""
+        if self.signum is not None:
+            self.acted = True
+            raise KeyboardInterrupt(f"signal {self.signum}")
+
+    def __exit__(self, *exc):
+        for signum, old in self._old.items():
+            signal.signal(signum, old)
+        return False
+
+    def pass_on(self) -> None:
+        """Delivers a signal that came after the last check to the handler the block replaced."""
+        if self.signum is not None and not self.acted:
+            signal.raise_signal(self.signum)
+
+
+def scan_steps(step_fn: Callable, summarize: Callable = _identity) -> Callable:
+    """Jitted ``run(state, data, length) -> (state, infos)`` of ``length`` steps as one ``lax.scan``.
+
+    Compiled once per distinct ``length``; ``infos`` has a leading ``[length]`` axis.
+    """
+
+    def run(state, data, length):
+        def body(carry, _):
+            carry, info = step_fn(carry, data)
+            return carry, summarize(info)
+
+        return jax.lax.scan(body, state, None, length=length)
+
+    return jax.jit(run, static_argnums=2)
+
+
+def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
+                   check: Callable[[], None] = lambda: None) -> Callable:
+    """Like :func:`scan_steps`, but one jitted call per step, no loop in the program.
+
+    On CPU, XLA runs convolutions inside a loop body far slower than at the top
+    level (see :mod:`jaxcomm.speed`); a step that costs milliseconds loses
+    nothing to the per-call dispatch. ``check()`` runs before every step (the
+    driver's stop on a signal).
+    """
+
+    @jax.jit
+    def step(state, data):
+        state, info = step_fn(state, data)
+        return state, summarize(info)
+
+    def run(state, data, length):
+        infos = []
+        for _ in range(length):
+            check()
+            # Waiting on every step keeps a signal from queueing behind a whole chunk of dispatched steps.
+            state, info = jax.block_until_ready(step(state, data))
+            infos.append(info)
+        return state, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *infos)
+
+    return run
+
+
+def _pieces(length: int, seconds_per_step: float, max_block_seconds: float) -> int:
+    """The largest divisor of ``length`` whose scan should take at most ``max_block_seconds``."""
+    fits = max(1, int(max_block_seconds / max(seconds_per_step, 1e-9)))
+    return max(d for d in range(1, min(length, fits) + 1) if length % d == 0)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
+
+
+def train(
+    system: System,
+    data: PyTree,
+    *,
+    num_steps: int,
+    eval_every: int,
+    key: jax.Array,
+    tracker: Tracker | None = None,
+    divergence: float | None = 100.0,
+    progress: bool = True,
+    desc: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    max_block_seconds: float = 10.0,
+) -> dict:
+    """Trains ``system`` from ``system.init(key)`` for ``num_steps`` steps, evaluating every ``eval_every``.
+
+    Args:
+      system: what to train.
+      data: the constant arrays its step reads.
+      num_steps: total steps (the last chunk may be shorter).
+      eval_every: steps between evaluations (one chunk).
+      key: the PRNG key of ``system.init``.
+      tracker: per-member best-by-validation (and early stops); None keeps none.
+      divergence: stop once a loss's magnitude exceeds this multiple of the mean
+        loss magnitude at the run's first step; None watches only non-finite losses.
+      progress: draw a progress bar.
+      desc: its label.
+      checkpointer: saves state, history and best values every
+        ``checkpointer.every`` steps (at chunk ends), on SIGINT/SIGTERM and at the
+        end; with ``checkpointer.resume`` the run continues from its latest checkpoint.
+      max_block_seconds: a scanned chunk measured to take longer is cut into
+        pieces, so that a signal waits at most about this long.
+
+    Raises:
+      NonFiniteLoss, Diverged: a loss left its bounds (the state before that
+        chunk is checkpointed, if checkpointing).
+      Interrupted: a checkpointed run was stopped by SIGINT/SIGTERM (after saving).
+
+    Returns:
+      A dict: ``history`` (one record per evaluation: ``step``, the evaluation's
+      metrics, ``seconds`` since the start), ``final`` (the last record, None if
+      there is none), ``status`` ("complete", "stopped" by the tracker, or
+      "interrupted"), ``interrupted``, ``state``, ``steps_done``,
+      ``train_seconds`` (in training chunks, over all parts of a resumed run),
+      ``resumed_from`` and ``best`` (a :class:`Best`, or None).
+    """
+    if num_steps < 0 or eval_every < 1:
+        raise ValueError(f"need num_steps >= 0 and eval_every >= 1, got {num_steps}, {eval_every}")
+    if system.step_loop not in STEP_LOOPS:
+        raise ValueError(f"step_loop must be one of {STEP_LOOPS}, got {system.step_loop!r}")
+    state = system.init(key)
+    best = start_best(tracker, state) if tracker is not None else None
+    history: list[dict] = []
+    done = resumed_from = 0
+    seconds, reference, finished = 0.0, None, False
+    template = (state, best.kept if best is not None else None)
+
+    def meta(complete: bool) -> dict:
+        saved_best = None if best is None else {"score": best.score.tolist(), "step": best.step.tolist(),
+                                                "stop": best.stop.tolist()}
+        return {"history": history, "best": saved_best, "reference": reference, "seconds": seconds,
+                "finished": complete, "tracker_finished": finished}
+
+    if checkpointer is not None and checkpointer.resume and checkpointer.latest_step() is not None:
+        done, (state, kept), saved = checkpointer.restore(template)
+        resumed_from = done
+        history.extend(saved["history"])
+        reference, seconds, finished = saved["reference"], saved["seconds"], saved["tracker_finished"]
+        if best is not None:
+            b = saved["best"]
+            best = Best(np.asarray(b["score"], np.float64), np.asarray(b["step"], np.int64),
+                        np.asarray(b["stop"], np.int64), kept)
+        if saved["finished"]:
+            return _result(history, state, done, seconds, resumed_from, best, "stopped" if finished else "complete")
+
+    stopper = _StopOnSignal()
+    if system.step_loop == "scan":
+        run = scan_steps(system.step, system.summarize)
+    else:
+        run = dispatch_steps(system.step, system.summarize, check=stopper.check)
+    piece = eval_every  # steps per scan call; cut down if one call takes too long to honour a signal
+    timed: set[int] = set()  # scan lengths already run (compiled)
+    committed = (_jsonable(meta(False)), best)  # what goes with ``state`` in a checkpoint
+    last_saved, interrupted, start = done, False, time.perf_counter() - seconds
+
+    def save(complete: bool = False) -> None:
+        if checkpointer is not None:
+            record, kept_best = committed
+            record = {**record, "finished": complete}
+            checkpointer.save(done, (state, kept_best.kept if kept_best is not None else None), record)
+
+    with stopper, tqdm(total=num_steps, initial=done, desc=desc, disable=not progress, leave=False) as bar:
+        try:
+            while done < num_steps and not finished:
+                length = min(eval_every, num_steps - done)
+                new_state, parts, begun, remaining = state, [], time.perf_counter(), length
+                while remaining:
+                    stopper.check()
+                    size = min(piece, remaining)
+                    tick = time.perf_counter()
+                    new_state, infos = run(new_state, data, size)
+                    jax.block_until_ready(new_state)
+                    took = time.perf_counter() - tick
+                    compiled = size in timed  # the first call of a length is mostly compilation: not judged
+                    timed.add(size)
+                    if system.step_loop == "scan" and size > 1 and compiled and took > max_block_seconds:
+                        piece = _pieces(eval_every, took / size, max_block_seconds)
+                    parts.append(infos)
+                    remaining -= size
+                infos = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(
+                    lambda *leaves: jnp.concatenate(leaves), *parts)
+                seconds += time.perf_counter() - begun
+                if system.losses is not None:
+                    losses = to_host(system.losses(infos))  # gathers across processes too
+                    if reference is None:  # the untrained system's loss: a run can blow up within its first chunk
+                        reference = float(np.mean(np.abs(np.asarray(losses, np.float64)[0])))
+                    bound = np.inf if divergence is None or not np.isfinite(reference) else divergence * max(
+                        reference, 1e-12)
+                    bad = first_bad(losses, bound)
+                    if bad is not None:
+                        save()
+                        where_ = str(checkpointer.directory) if checkpointer else None
+                        if np.isfinite(bad[2]):
+                            raise Diverged(done + bad[0], bad[1], bad[2], bound=bound, good_step=done, saved=where_)
+                        raise NonFiniteLoss(done + bad[0], bad[1], bad[2], good_step=done, saved=where_)
+                record = {"step": done + length, **system.evaluate(new_state, infos, done + length)}
+                record["seconds"] = time.perf_counter() - start
+                new_best = best
+                if tracker is not None:
+                    new_best, finished = update_best(tracker, best, record, new_state, done + length)
+                state, done, best = new_state, done + length, new_best
+                history.append(record)
+                committed = (_jsonable(meta(False)), best)
+                bar.update(length)
+                if system.postfix is not None:
+                    bar.set_postfix(system.postfix(record), refresh=False)
+                if checkpointer is not None and done - last_saved >= checkpointer.every and done < num_steps:
+                    save()
+                    last_saved = done
+        except KeyboardInterrupt:
+            interrupted = True
+    if checkpointer is not None:
+        save(complete=not interrupted)
+        if interrupted:
+            raise Interrupted(done, str(checkpointer.directory))
+    stopper.pass_on()  # the run is complete and saved; the caller still hears of the signal
+    status = "interrupted" if interrupted else "stopped" if finished and done < num_steps else "complete"
+    return _result(history, state, done, seconds, resumed_from, best, status)
+
+
+def _result(history, state, done, seconds, resumed_from, best, status) -> dict:
+    return {"history": history, "final": history[-1] if history else None, "status": status,
+            "interrupted": status == "interrupted", "state": state, "steps_done": done, "train_seconds": seconds,
+            "resumed_from": resumed_from, "best": best}

@@ -1,0 +1,136 @@
+"""What a message carries, as a value: the thesis' contents and research code's own.
+
+An :class:`Exchange` is a NamedTuple of pure functions, written for ONE node and
+one minibatch; :func:`jaxcomm.network.make_network` lifts them with the node's
+train step. A message is always the minibatch a node just trained on (its
+sample indices, Algorithm 2) plus a payload ``[B, D]`` that the exchange makes;
+a node that consumes the message trains on those samples with the exchange's
+loss against the payload.
+
+Built-ins (§2.2.2-2.2.3): :func:`none` (isolated nodes), :func:`true_labels`,
+:func:`soft_labels` (logits sent, softened at temperature tau by the receiver),
+:func:`features` (the top hidden layer). :func:`named` maps the config's
+``content`` strings to them.
+
+Example: send the top-3 logits, keep the others at -inf::
+
+    def top3(logits):
+        kth = jnp.sort(logits, axis=-1)[:, -3:-2]
+        return jnp.where(logits >= kth, logits, -1e9)
+
+    top3_logits = Exchange(
+        name="top3_logits",
+        payload_dim=lambda num_classes, feature_dim: num_classes,
+        outgoing=lambda logits, features, targets, received, consumed: top3(logits),
+        loss=lambda logits, features, received: cross_entropy(logits, jax.nn.softmax(received)),
+        payload_bytes=lambda batch_size, dim: batch_size * 3 * (4 + 1))  # 3 float32 values + 3 uint8 classes
+
+References:
+  Lacaille (2018), §2.2.2-2.2.3, eqs. 2.2.1-2.2.3, Algorithm 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxcomm.validation import is_real, require
+
+CONTENTS = ("none", "true_labels", "logits", "features")
+INDEX_BYTES = 4  # a sample index as int32
+HEADER_BYTES = 8  # sender id and step
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean over the batch of ``-sum_j y_j log f(x)_j`` (eq. 2.2.2); targets ``[B, C]``."""
+    return -jnp.mean(jnp.sum(targets * jax.nn.log_softmax(logits), axis=-1))
+
+
+def feature_mse(features: jax.Array, targets: jax.Array) -> jax.Array:
+    """Mean over the batch of ``sum_k (h_k - h'_k)^2 / 2`` (eq. 2.2.3); ``[B, F]``."""
+    return jnp.mean(0.5 * jnp.sum(jnp.square(features - targets), axis=-1))
+
+
+class Exchange(NamedTuple):
+    """The content of a message, as pure functions of one node's minibatch.
+
+    Attributes:
+      name: a label for tables and progress bars.
+      payload_dim: ``payload_dim(num_classes, feature_dim) -> D``, the payload's width.
+      outgoing: ``outgoing(logits [B, C], features [B, F], targets [B, C],
+        received [B, D], consumed []) -> [B, D]``: what a node broadcasts about the
+        batch it just trained on. ``targets`` are the one-hot labels of its local
+        batch; when ``consumed`` is True the batch came from a message whose
+        payload is ``received``. None: nodes send nothing (isolated nodes).
+      loss: ``loss(logits [B, C], features [B, F], received [B, D]) -> []``: a
+        node's loss on a consumed message (scaled by the network's ``consumed_weight``).
+      payload_bytes: ``payload_bytes(batch_size, D) -> int``: the payload's bytes
+        on the wire, as a real network would encode it.
+    """
+
+    name: str
+    payload_dim: Callable[[int, int], int]
+    outgoing: Callable[..., jax.Array] | None
+    loss: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None
+    payload_bytes: Callable[[int, int], int]
+
+    @property
+    def sends(self) -> bool:
+        """Whether nodes exchange messages at all."""
+        return self.outgoing is not None
+
+
+def message_bytes(exchange: Exchange, batch_size: int, payload_dim: int) -> int:
+    """Bytes of one message: int32 sample indices, the payload and an 8-byte header (0 if nothing is sent)."""
+    if not exchange.sends:
+        return 0
+    return batch_size * INDEX_BYTES + int(exchange.payload_bytes(batch_size, payload_dim)) + HEADER_BYTES
+
+
+def none() -> Exchange:
+    """Isolated nodes: no messages."""
+    return Exchange("none", lambda num_classes, feature_dim: num_classes, None, None, lambda batch, dim: 0)
+
+
+def true_labels() -> Exchange:
+    """The sender's labels (eq. 2.2.2 on true labels); a consumed message's labels are forwarded as received.
+
+    On the wire: one uint8 class id per sample (not the one-hot the simulator holds).
+    """
+    outgoing = lambda logits, features, targets, received, consumed: jnp.where(consumed, received, targets)
+    loss = lambda logits, features, received: cross_entropy(logits, received)
+    return Exchange("true_labels", lambda num_classes, feature_dim: num_classes, outgoing, loss,
+                    lambda batch, dim: batch)
+
+
+def soft_labels(temperature: float = 1.0) -> Exchange:
+    """The sender's logits; the receiver trains on ``softmax(logits / temperature)`` (eqs. 2.2.1-2.2.2).
+
+    On the wire: the logits as float32.
+    """
+    require(is_real(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
+    outgoing = lambda logits, features, targets, received, consumed: logits
+    loss = lambda logits, features, received: cross_entropy(logits, jax.nn.softmax(received / temperature))
+    return Exchange("logits", lambda num_classes, feature_dim: num_classes, outgoing, loss,
+                    lambda batch, dim: batch * dim * 4)
+
+
+def features() -> Exchange:
+    """The sender's top hidden features; the receiver regresses its own onto them (eq. 2.2.3).
+
+    On the wire: float32.
+    """
+    outgoing = lambda logits, features_, targets, received, consumed: features_
+    loss = lambda logits, features_, received: feature_mse(features_, received)
+    return Exchange("features", lambda num_classes, feature_dim: feature_dim, outgoing, loss,
+                    lambda batch, dim: batch * dim * 4)
+
+
+def named(content: str, *, temperature: float = 1.0) -> Exchange:
+    """The built-in exchange of a config's ``content`` (one of :data:`CONTENTS`)."""
+    require(content in CONTENTS, "content", f"one of {CONTENTS}", content)
+    return {"none": none, "true_labels": true_labels, "features": features}.get(
+        content, lambda: soft_labels(temperature))()

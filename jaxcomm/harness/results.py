@@ -1,0 +1,129 @@
+"""The results envelope every experiment writes, and reading it back.
+
+``summary.json`` holds ``{"experiment", "preset", "command", "git_commit", "device",
+"wall_seconds", "rows", ...}`` (DESIGN.md, "Results"); per-evaluation curves sit beside it
+as JSON lines (``curves.jsonl``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+    """The checked-out commit (with ``+dirty`` if the tree has changes), or None."""
+    try:
+        run = lambda *args: subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+        commit = run("rev-parse", "HEAD").stdout.strip()
+        dirty = run("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def device_description() -> str:
+    """The accelerator JAX runs on, or the CPU, in words (for results envelopes)."""
+    import jax  # noqa: PLC0415  (keeps this module importable without initialising a backend)
+
+    devices = jax.devices()
+    kinds = sorted({d.device_kind for d in devices})
+    return (f"{len(devices)} x {'/'.join(kinds)} ({devices[0].platform}), host {platform.machine()} "
+            f"with {os.cpu_count()} CPU cores, jax {jax.__version__}")
+
+
+def command_line() -> str:
+    """This process' command line, as ``summary.json`` records it."""
+    return " ".join(shlex.quote(arg) for arg in [pathlib.Path(sys.executable).name, *sys.argv])
+
+
+def write_summary(
+    out_dir: str | os.PathLike,
+    *,
+    experiment: str,
+    preset: str,
+    rows: Mapping[str, Mapping[str, Any]],
+    wall_seconds: float,
+    command: str | None = None,
+    **extra: Any,
+) -> pathlib.Path:
+    """Writes ``summary.json`` in the common envelope and returns its path.
+
+    The file is written whole or not at all (a temporary file renamed over it), so an
+    interrupted write never leaves a summary that looks complete.
+
+    Args:
+      out_dir: created if missing.
+      experiment, preset: names.
+      rows: ``{row: {metric: value}}`` as the issue names them.
+      wall_seconds: the whole run (over all its parts, for a resumed run).
+      command: how to reproduce it; defaults to this process' command line.
+      **extra: more top-level keys (the config, notes, ...).
+    """
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    envelope = {"experiment": experiment, "preset": preset, "command": command or command_line(),
+                "git_commit": git_commit(), "device": device_description(), "wall_seconds": round(wall_seconds, 1),
+                "rows": rows, **extra}
+    path = out / "summary.json"
+    partial = out / "summary.json.partial"
+    partial.write_text(json.dumps(envelope, indent=2, default=jsonable) + "\n")
+    partial.replace(path)
+    return path
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> pathlib.Path:
+    """Writes one JSON object per line (per-step curves beside a summary)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for record in records:
+            f.write(json.dumps(record, default=jsonable) + "\n")
+    return path
+
+
+def read_run(out_dir: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """``(summary, curves)`` of a results folder: what :func:`write_summary` and :func:`write_jsonl` wrote,
+    the summary with its folder as ``out_dir``."""
+    out = pathlib.Path(out_dir)
+    summary = json.loads((out / "summary.json").read_text()) | {"out_dir": str(out_dir)}
+    curves_path = out / "curves.jsonl"
+    curves = ([json.loads(line) for line in curves_path.read_text().splitlines() if line.strip()]
+              if curves_path.is_file() else [])
+    return summary, curves
+
+
+def read_runs_below(out_dir: str | os.PathLike) -> list[tuple[dict, list[dict]]]:
+    """:func:`read_run` of every subfolder of ``out_dir`` holding a ``summary.json``, by folder name: the
+    later runs a ``report`` merges (points a time budget skipped) or tables (variants)."""
+    return [read_run(path.parent) for path in sorted(pathlib.Path(out_dir).glob("*/summary.json"))]
+
+
+def changed_settings(config: Mapping[str, Any], other: Mapping[str, Any], *,
+                     selection: Iterable[str] = ()) -> dict[str, Any]:
+    """``{field: other's value}`` for the fields both runs' configs (summary ``config`` dicts) have, outside
+    ``selection`` (the fields that pick what to run or how fast: rows, studies, budgets, lifts), that differ."""
+    skip = set(selection)
+    return {k: other[k] for k in sorted(config.keys() & other.keys()) if k not in skip and config[k] != other[k]}
+
+
+def same_settings(config: Mapping[str, Any], other: Mapping[str, Any], *, selection: Iterable[str] = ()) -> bool:
+    """Whether two runs' configs train alike: no :func:`changed_settings`."""
+    return not changed_settings(config, other, selection=selection)
+
+
+def jsonable(value: Any) -> Any:
+    """``json.dumps``' ``default=``: dataclasses as dicts, numpy and jax arrays as lists."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if hasattr(value, "tolist"):  # numpy and jax arrays and scalars
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
