@@ -543,8 +543,7 @@ def table_markdown(summary: dict) -> str:
     lines = ["# Chapter 4: two agents learn a 32-bit language by maximising mutual information (MNIST), Table 4.1",
              "", f"Command: `{summary['command']}` (base seed {cfg['seed']})  ",
              f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s "
-             f"({summary['wall_seconds'] / 60:.1f} min) on 2-core CPU, no GPU, jax 0.10.2 "
-             f"({summary['device']}); commit `{summary['git_commit']}`.  ",
+             f"({summary['wall_seconds'] / 60:.1f} min) on {summary['device']}; commit `{summary['git_commit']}`.  ",
              "Populations (each one jitted step over all its members): " + "; ".join(
                  f"{k} ({'+'.join(g['groups'])}): {g['members']} members x {g['steps_done']} steps, "
                  f"{g['seconds']:.0f} s" for k, g in pops.items()) + ".", "",

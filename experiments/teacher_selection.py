@@ -390,7 +390,7 @@ def table_markdown(summary: dict) -> str:
     rows, config, teacher_info = summary["rows"], summary["config"], summary["teacher"]
     lines = ["# Chapter 3: a teacher selects the student's training data (MNIST): Table 3.1 and Figure 3.1", "",
              f"Command: `{summary['command']}`  ", f"Preset `{summary['preset']}`, wall time "
-             f"{summary['wall_seconds']:.0f} s on {summary['device']} (2-core CPU, no GPU); commit "
+             f"{summary['wall_seconds']:.0f} s on {summary['device']}; commit "
              f"`{summary['git_commit']}`.  ",
              f"Teacher {'loaded from the cache' if teacher_info.get('cached') else 'trained in this run'} "
              f"(784-{'-'.join(map(str, config['teacher_hidden']))}-10, dropout {config['teacher_dropout']}, "

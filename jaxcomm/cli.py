@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxcomm", description=__doc__.splitlines()[0].replace("``", ""))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
-        "demo", help="10 MLP nodes on MNIST digits: isolated vs sharing true labels (about 30 s on 2 idle CPU cores)",
+        "demo", help="10 MLP nodes on MNIST digits: isolated vs sharing true labels (about a minute on 2 CPU cores)",
         description="Train 10 MLP nodes on disjoint shards of MNIST digits, once isolated and once "
                     "sharing minibatches with true labels over a ring, and print average and "
                     "collective accuracy.")

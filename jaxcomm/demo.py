@@ -5,7 +5,7 @@ their shard; sharing nodes also train on minibatches (indices + true labels)
 that their ring neighbours broadcast, as in thesis ch. 2. The table shows the
 average node accuracy and the collective decision under every weighting.
 
-    jaxcomm demo                       # the shipped 5,000-digit sample, about 30 s on 2 idle CPU cores
+    jaxcomm demo                       # the shipped 5,000-digit sample, about a minute on 2 CPU cores
     jaxcomm demo --dataset mnist --data-dir ../shared/data
 """
 
