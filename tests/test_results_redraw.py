@@ -11,19 +11,12 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TABLES = sorted(path.relative_to(ROOT / "results") for path in (ROOT / "results").rglob("table.md")
                 if (path.parent / "summary.json").is_file())
-# Tables of runs merged into their parent's table, drawn before the report's wording last changed ("Adam 0.001
-# (constant)", the bandwidth frontier's recipe sentence) and naming the parent folder in their "Redraw:" line.
-STALE = {"bandwidth_frontier/extra/table.md", "bandwidth_frontier/extra2/table.md",
-         "outputs_exchange/augmented/extra/table.md", "outputs_exchange/augmented/extra_n100/table.md"}
-
 
 def test_there_are_tables_to_redraw():
     assert len(TABLES) >= 7 and {t.parts[0] for t in TABLES} >= {"language", "teacher_selection", "benchmark"}
 
 
-@pytest.mark.parametrize("table", [pytest.param(t, marks=pytest.mark.xfail(
-    str(t) in STALE, reason="committed before the report's wording changed; redraw to refresh", strict=True))
-    for t in TABLES], ids=str)
+@pytest.mark.parametrize("table", TABLES, ids=str)
 def test_table_redraws_byte_identical(table, tmp_path, monkeypatch):
     experiment = table.parts[0]
     module = importlib.import_module(f"experiments.{experiment}")
