@@ -42,17 +42,15 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxcomm import bandwidth, data, inbox, network, population, unsupervised
+from jaxcomm import bandwidth, data, network, population, unsupervised
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
-from jaxcomm.models.bigan import BiGAN
-from jaxcomm.models.vae import VAE
-from jaxcomm.validation import integer, one_of, positive, probability, require, widths
+from jaxcomm.validation import integer, one_of, require
 
 EXPERIMENT = "unsupervised_exchange"
 DATASETS = ("cifar10", "mnist", "mnist_sample")
-FAMILIES = ("vae", "bigan")
+FAMILIES = unsupervised.FAMILIES
 
 # row -> (family, nodes, communication). The row names are the issue's schema.
 ROWS: dict[str, tuple[str, int, bool]] = {
@@ -78,132 +76,51 @@ THESIS_TABLE: dict[str, tuple[float, float | None]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class UnsupervisedExchangeConfig:
-    """The six rows of Table 2.3.
+class UnsupervisedExchangeConfig(unsupervised.UnsupervisedConfig):
+    """The six rows of Table 2.3: the library's :class:`jaxcomm.unsupervised.UnsupervisedConfig` (models,
+    programs, probes, network) plus the experiment's data, stages, measurements and rows.
 
-    Attributes:
+    Attributes (beside the library's):
       dataset: "cifar10" (the chapter's data) or an MNIST variant (smoke tests).
       data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
       validation_size: the last training images held out as the probes' validation split (CIFAR-10
         and MNIST; the shipped MNIST sample has its own 1,000).
-      widths: channels of the encoders' (and the discriminator's) stride-2 convolutions; decoders
-        and generators mirror them.
-      latent: Z, the VAE posterior's and the BiGAN code's dimension (the exchanged features: 2Z
-        floats for the VAE, Z for the BiGAN).
-      disc_hidden: the BiGAN discriminator's dense width.
-      disc_dropout: its dropout.
-      disc_learning_rate: its Adam step size (0: ``bigan_learning_rate``; two time scales otherwise).
-      disc_real_label: its target on real pairs (below 1: one-sided label smoothing).
-      disc_spectral_norm: spectrally normalise its layers.
-      batch_size: B, per node and per message.
-      vae_learning_rate: Adam's step size of the VAE (Adam defaults, as the thesis' chapter 2).
-      bigan_learning_rate: Adam's step size of the BiGAN (DCGAN's 2e-4) ...
-      bigan_beta1: ... and first-moment decay (DCGAN's 0.5).
-      exchange_weight: scale of the exchange loss (KL or MSE) on consumed minibatches.
-      consumed_objective: "replace" (Algorithm 2: a consumed minibatch trains the exchange loss only)
-        or "add" (local objective + exchange loss); see :mod:`jaxcomm.unsupervised`.
-      consume_prob: p_c of the communicating rows; they broadcast with ``broadcast_factor x p_c / (N - 1)``.
-      broadcast_factor: 1 keeps the inboxes in equilibrium (§2.3.1.2).
-      inbox_capacity: K messages per inbox.
-      num_steps: training steps of every row (each node takes this many).
-      eval_every: steps between measurements of the local objective (the curves' resolution).
       probe_every: steps between probe stages (a multiple of ``eval_every`` dividing ``num_steps``).
-      probe_epochs, probe_batch_size, probe_learning_rate: the linear probes' training
-        (:class:`jaxcomm.unsupervised.ProbeConfig`).
       probe_untrained: also probe the untrained encoders (step 0), once per family and number of
         nodes: the control of every accuracy (random convolutional features are far above chance).
       objective_batch: validation images of the fixed batch the local objective is measured on.
       num_pictures: test images reconstructed, and samples drawn, by node 0 of every row at the end.
-      backend: the node lift's backend ("auto": measured fastest for conv nets and N).
       rows: which rows of :data:`ROWS` to run.
-      seed: seeds partitions, initialisations, probes and every draw.
     """
 
     dataset: str = "cifar10"
     data_dir: str = ""
     validation_size: int = 5000
-    widths: tuple[int, ...] = (16, 32, 64)
-    latent: int = 64
-    disc_hidden: int = 256
-    disc_dropout: float = 0.2
-    disc_learning_rate: float = 0.0
-    disc_real_label: float = 1.0
-    disc_spectral_norm: bool = False
-    batch_size: int = 32
-    vae_learning_rate: float = 1e-3
-    bigan_learning_rate: float = 2e-4
-    bigan_beta1: float = 0.5
-    exchange_weight: float = 1.0
-    consumed_objective: str = "replace"
-    consume_prob: float = 0.5
-    broadcast_factor: float = 1.0
-    inbox_capacity: int = 16
-    num_steps: int = 1200
-    eval_every: int = 100
     probe_every: int = 400
-    probe_epochs: int = 40
-    probe_batch_size: int = 512
-    probe_learning_rate: float = 1e-2
     probe_untrained: bool = True
     objective_batch: int = 256
     num_pictures: int = 8
-    backend: str = "auto"
     rows: tuple[str, ...] = tuple(ROWS)
-    seed: int = 0
 
     def __post_init__(self):
+        super().__post_init__()
         one_of("dataset", self.dataset, DATASETS)
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
         integer("validation_size", self.validation_size, low=1)
-        widths("widths", self.widths)
-        for name in ("latent", "disc_hidden", "batch_size", "inbox_capacity", "num_steps", "eval_every",
-                     "probe_every", "probe_epochs", "probe_batch_size", "objective_batch", "num_pictures"):
+        for name in ("probe_every", "objective_batch", "num_pictures"):
             integer(name, getattr(self, name), low=1)
-        probability("disc_dropout", self.disc_dropout, below_one=True)
         require(isinstance(self.probe_untrained, bool), "probe_untrained", "True or False", self.probe_untrained)
-        require(isinstance(self.disc_spectral_norm, bool), "disc_spectral_norm", "True or False",
-                self.disc_spectral_norm)
-        require(isinstance(self.disc_learning_rate, float | int) and self.disc_learning_rate >= 0,
-                "disc_learning_rate", "a number >= 0 (0: bigan_learning_rate)", self.disc_learning_rate)
-        require(isinstance(self.disc_real_label, float | int) and 0 < self.disc_real_label <= 1,
-                "disc_real_label", "a number in (0, 1]", self.disc_real_label)
-        for name in ("vae_learning_rate", "bigan_learning_rate", "probe_learning_rate", "broadcast_factor"):
-            positive(name, getattr(self, name))
-        probability("bigan_beta1", self.bigan_beta1, below_one=True)
-        require(isinstance(self.exchange_weight, float | int) and not isinstance(self.exchange_weight, bool)
-                and self.exchange_weight >= 0, "exchange_weight", "a number >= 0", self.exchange_weight)
-        one_of("consumed_objective", self.consumed_objective, unsupervised.CONSUMED_OBJECTIVES)
-        require(isinstance(self.consume_prob, float | int) and 0 < self.consume_prob <= 1, "consume_prob",
-                "a probability in (0, 1]", self.consume_prob)
         require(self.probe_every % self.eval_every == 0, "probe_every",
                 f"a multiple of eval_every = {self.eval_every}", self.probe_every)
         require(self.num_steps % self.probe_every == 0, "num_steps",
                 f"a multiple of probe_every = {self.probe_every} (the last stage is the last step)", self.num_steps)
-        one_of("backend", self.backend, ("auto", *population.BACKENDS))
         require(isinstance(self.rows, tuple) and len(self.rows) >= 1 and all(r in ROWS for r in self.rows)
                 and len(set(self.rows)) == len(self.rows), "rows",
                 f"a non-empty tuple of distinct rows of {tuple(ROWS)}", self.rows)
-        integer("seed", self.seed)
-
-    @property
-    def probe(self) -> unsupervised.ProbeConfig:
-        return unsupervised.ProbeConfig(self.probe_epochs, self.probe_batch_size, self.probe_learning_rate)
 
     @property
     def probe_steps(self) -> tuple[int, ...]:
         return tuple(range(self.probe_every, self.num_steps + 1, self.probe_every))
-
-    def network(self, num_nodes: int, communicate: bool) -> network.NetworkConfig:
-        """One network of the table: isolated nodes, or fully connected consuming p_c and broadcasting p_c/(N-1)."""
-        sharing = communicate and num_nodes > 1
-        p_c = self.consume_prob
-        return network.NetworkConfig(
-            num_nodes=num_nodes, topology="full", content="features" if sharing else "none",
-            consume_prob=p_c if sharing else 0.0,
-            broadcast_prob=inbox.equilibrium_broadcast_prob(p_c, num_nodes - 1, self.broadcast_factor) if sharing
-            else 0.0,
-            inbox_capacity=self.inbox_capacity, batch_size=self.batch_size, backend=self.backend,
-            num_steps=self.num_steps, eval_every=self.eval_every, seed=self.seed)
 
 
 def cpu_config() -> UnsupervisedExchangeConfig:
@@ -260,19 +177,10 @@ def family_parts(config: UnsupervisedExchangeConfig, family: str, image_shape: t
     Cached: the rows of one family share these functions, and so their compilations (the
     programs' ``init``, the objective, the pictures; the network steps differ row by row).
     """
+    model = config.model(family, image_shape)
+    program = config.program(family, image_shape)
     if family == "vae":
-        model = VAE(widths=config.widths, latent=config.latent, image_shape=tuple(image_shape))
-        program = unsupervised.vae_program(model, learning_rate=config.vae_learning_rate,
-                                           exchange_weight=config.exchange_weight,
-                                           consumed_objective=config.consumed_objective)
         return program, unsupervised.vae_metrics(model), unsupervised.vae_pictures(model)
-    model = BiGAN(widths=config.widths, latent=config.latent, image_shape=tuple(image_shape),
-                  hidden=config.disc_hidden, dropout=config.disc_dropout, spectral_norm=config.disc_spectral_norm)
-    program = unsupervised.bigan_program(model, learning_rate=config.bigan_learning_rate, beta1=config.bigan_beta1,
-                                         disc_learning_rate=config.disc_learning_rate or None,
-                                         real_label=config.disc_real_label,
-                                         exchange_weight=config.exchange_weight,
-                                         consumed_objective=config.consumed_objective)
     return program, unsupervised.bigan_metrics(model), unsupervised.bigan_pictures(model)
 
 

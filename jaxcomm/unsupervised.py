@@ -25,12 +25,17 @@ trained on the whole labelled training split, with early stopping on the validat
 (:func:`train_probe`, all nodes at once); the per-node accuracy and the collective decision of
 the probes' probabilities are measured on the test split (:func:`probe_accuracies`).
 
+:class:`UnsupervisedConfig` holds every setting the library reads and builds the node program of a
+family (:meth:`UnsupervisedConfig.program`), the probes' :class:`ProbeConfig` and the
+:class:`jaxcomm.network.NetworkConfig` of isolated or fully connected nodes.
+
 References:
   Lacaille (2018), §2.2.4, Algorithm 2, eq. 2.2.3, Table 2.3.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -41,15 +46,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import network, population
+from jaxcomm import inbox, network, population
 from jaxcomm.exchange import feature_mse
 from jaxcomm.models import to_unit_float
 from jaxcomm.models.bigan import BiGAN
 from jaxcomm.models.vae import VAE
 from jaxcomm.network import NodeProgram
-from jaxcomm.validation import require
+from jaxcomm.validation import integer, one_of, positive, probability, require, widths
 
 CONSUMED_OBJECTIVES = ("replace", "add")
+FAMILIES = ("vae", "bigan")
 VAE_GROUPS = ("encoder", "decoder")
 BIGAN_GROUPS = ("encoder", "generator", "discriminator")
 
@@ -661,3 +667,122 @@ def pictures_of(fn: Callable, state: population.NodeState, images: np.ndarray, k
     recon, samples = jax.jit(fn)(state, jnp.asarray(images), key)
     return {"originals": np.asarray(images), "reconstructions": np.asarray(recon), "samples": np.asarray(samples)}
 
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsupervisedConfig:
+    """Every setting the library reads for a network of unsupervised nodes; validated on construction.
+
+    The node programs' models and hyperparameters (:meth:`program`), the linear probes (:attr:`probe`)
+    and the network that runs them (:meth:`network`).
+
+    Attributes:
+      widths: channels of the encoders' (and the discriminator's) stride-2 convolutions; decoders
+        and generators mirror them.
+      latent: Z, the VAE posterior's and the BiGAN code's dimension (the exchanged features: 2Z
+        floats for the VAE, Z for the BiGAN).
+      disc_hidden: the BiGAN discriminator's dense width.
+      disc_dropout: its dropout.
+      disc_learning_rate: its Adam step size (0: ``bigan_learning_rate``; two time scales otherwise).
+      disc_real_label: its target on real pairs (below 1: one-sided label smoothing).
+      disc_spectral_norm: spectrally normalise its layers.
+      batch_size: B, per node and per message.
+      vae_learning_rate: Adam's step size of the VAE (Adam defaults, as the thesis' chapter 2).
+      bigan_learning_rate: Adam's step size of the BiGAN (DCGAN's 2e-4) ...
+      bigan_beta1: ... and first-moment decay (DCGAN's 0.5).
+      exchange_weight: scale of the exchange loss (KL or MSE) on consumed minibatches.
+      consumed_objective: "replace" (Algorithm 2: a consumed minibatch trains the exchange loss only)
+        or "add" (local objective + exchange loss); see the module docstring.
+      consume_prob: p_c of communicating networks; they broadcast with ``broadcast_factor x p_c / (N - 1)``.
+      broadcast_factor: 1 keeps the inboxes in equilibrium (§2.3.1.2).
+      inbox_capacity: K messages per inbox.
+      num_steps: training steps (each node takes this many).
+      eval_every: steps between measurements of the local objective (the curves' resolution).
+      probe_epochs, probe_batch_size, probe_learning_rate: the linear probes' training (:class:`ProbeConfig`).
+      backend: the node lift's backend ("auto": measured fastest for conv nets and N).
+      seed: seeds the network (partitions, initialisations, every draw).
+    """
+
+    widths: tuple[int, ...] = (16, 32, 64)
+    latent: int = 64
+    disc_hidden: int = 256
+    disc_dropout: float = 0.2
+    disc_learning_rate: float = 0.0
+    disc_real_label: float = 1.0
+    disc_spectral_norm: bool = False
+    batch_size: int = 32
+    vae_learning_rate: float = 1e-3
+    bigan_learning_rate: float = 2e-4
+    bigan_beta1: float = 0.5
+    exchange_weight: float = 1.0
+    consumed_objective: str = "replace"
+    consume_prob: float = 0.5
+    broadcast_factor: float = 1.0
+    inbox_capacity: int = 16
+    num_steps: int = 1200
+    eval_every: int = 100
+    probe_epochs: int = 40
+    probe_batch_size: int = 512
+    probe_learning_rate: float = 1e-2
+    backend: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self):
+        widths("widths", self.widths)
+        for name in ("latent", "disc_hidden", "batch_size", "inbox_capacity", "num_steps", "eval_every",
+                     "probe_epochs", "probe_batch_size"):
+            integer(name, getattr(self, name), low=1)
+        probability("disc_dropout", self.disc_dropout, below_one=True)
+        require(isinstance(self.disc_spectral_norm, bool), "disc_spectral_norm", "True or False",
+                self.disc_spectral_norm)
+        require(isinstance(self.disc_learning_rate, float | int) and self.disc_learning_rate >= 0,
+                "disc_learning_rate", "a number >= 0 (0: bigan_learning_rate)", self.disc_learning_rate)
+        require(isinstance(self.disc_real_label, float | int) and 0 < self.disc_real_label <= 1,
+                "disc_real_label", "a number in (0, 1]", self.disc_real_label)
+        for name in ("vae_learning_rate", "bigan_learning_rate", "probe_learning_rate", "broadcast_factor"):
+            positive(name, getattr(self, name))
+        probability("bigan_beta1", self.bigan_beta1, below_one=True)
+        require(isinstance(self.exchange_weight, float | int) and not isinstance(self.exchange_weight, bool)
+                and self.exchange_weight >= 0, "exchange_weight", "a number >= 0", self.exchange_weight)
+        one_of("consumed_objective", self.consumed_objective, CONSUMED_OBJECTIVES)
+        require(isinstance(self.consume_prob, float | int) and 0 < self.consume_prob <= 1, "consume_prob",
+                "a probability in (0, 1]", self.consume_prob)
+        one_of("backend", self.backend, ("auto", *population.BACKENDS))
+        integer("seed", self.seed)
+
+    def model(self, family: str, image_shape: Sequence[int]) -> VAE | BiGAN:
+        """The ``family`` ("vae" or "bigan") model for images of ``image_shape``."""
+        one_of("family", family, FAMILIES)
+        if family == "vae":
+            return VAE(widths=self.widths, latent=self.latent, image_shape=tuple(image_shape))
+        return BiGAN(widths=self.widths, latent=self.latent, image_shape=tuple(image_shape), hidden=self.disc_hidden,
+                     dropout=self.disc_dropout, spectral_norm=self.disc_spectral_norm)
+
+    def program(self, family: str, image_shape: Sequence[int]) -> NodeProgram:
+        """The node program of ``family`` on :meth:`model`: :func:`vae_program` or :func:`bigan_program`."""
+        model = self.model(family, image_shape)
+        if family == "vae":
+            return vae_program(model, learning_rate=self.vae_learning_rate, exchange_weight=self.exchange_weight,
+                               consumed_objective=self.consumed_objective)
+        return bigan_program(model, learning_rate=self.bigan_learning_rate, beta1=self.bigan_beta1,
+                             disc_learning_rate=self.disc_learning_rate or None, real_label=self.disc_real_label,
+                             exchange_weight=self.exchange_weight, consumed_objective=self.consumed_objective)
+
+    @property
+    def probe(self) -> ProbeConfig:
+        return ProbeConfig(self.probe_epochs, self.probe_batch_size, self.probe_learning_rate)
+
+    def network(self, num_nodes: int, communicate: bool) -> network.NetworkConfig:
+        """Isolated nodes, or fully connected ones consuming p_c and broadcasting ``broadcast_factor x p_c/(N-1)``."""
+        sharing = communicate and num_nodes > 1
+        p_c = self.consume_prob
+        return network.NetworkConfig(
+            num_nodes=num_nodes, topology="full", content="features" if sharing else "none",
+            consume_prob=p_c if sharing else 0.0,
+            broadcast_prob=inbox.equilibrium_broadcast_prob(p_c, num_nodes - 1, self.broadcast_factor) if sharing
+            else 0.0,
+            inbox_capacity=self.inbox_capacity, batch_size=self.batch_size, backend=self.backend,
+            num_steps=self.num_steps, eval_every=self.eval_every, seed=self.seed)

@@ -472,3 +472,54 @@ def test_presets_are_valid_and_cpu_probes_three_stages():
     assert cpu.dataset == "cifar10" and len(cpu.probe_steps) == 3 and cpu.probe_steps[-1] == cpu.num_steps
     thesis = ue.thesis_config()
     assert thesis.widths == (64, 128, 256) and thesis.consume_prob == 0.5
+
+
+def test_experiment_config_holds_the_library_config():
+    """UnsupervisedExchangeConfig adds its own fields to UnsupervisedConfig without restating any; the committed
+    summaries' configs are the presets' (and the variants' overrides'), key for key; overrides stay flat."""
+    import dataclasses  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+
+    from jaxcomm.harness import cli as harness_cli  # noqa: PLC0415
+
+    library = {f.name for f in dataclasses.fields(unsupervised.UnsupervisedConfig)}
+    assert issubclass(ue.UnsupervisedExchangeConfig, unsupervised.UnsupervisedConfig)
+    own = set(ue.UnsupervisedExchangeConfig.__annotations__)
+    assert own == {"dataset", "data_dir", "validation_size", "probe_every", "probe_untrained", "objective_batch",
+                   "num_pictures", "rows"}
+    assert not library & own  # nothing restated
+    as_json = lambda config: json.loads(json.dumps(dataclasses.asdict(config)))
+    committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "unsupervised_exchange"
+    cpu = as_json(ue.cpu_config())
+    recorded = json.loads((committed / "summary.json").read_text())["config"]
+    # The table's run predates the discriminator's three options, all at their defaults (off) ever since.
+    later = {"disc_learning_rate": 0.0, "disc_real_label": 1.0, "disc_spectral_norm": False}
+    assert {k: cpu[k] for k in recorded} == recorded and {k: v for k, v in cpu.items() if k not in recorded} == later
+    # Every variant's config is the config rebuilt from it: the same keys and values.
+    for summary in sorted(committed.glob("variants/*/summary.json")):
+        config = json.loads(summary.read_text())["config"]
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+        assert as_json(ue.UnsupervisedExchangeConfig(**fields)) == config, summary
+    config = harness_cli.apply_overrides(ue.smoke_config(), ["disc_hidden=16", "probe_every=4"])
+    assert (config.disc_hidden, config.probe_every, type(config)) == (16, 4, ue.UnsupervisedExchangeConfig)
+
+
+def test_the_library_config_builds_the_programs_probes_and_networks():
+    config = ue.cpu_config()
+    assert config.probe == unsupervised.ProbeConfig(40, 512, 1e-2)
+    assert config.model("vae", [32, 32, 3]) == VAE(widths=(16, 32, 64), latent=64, image_shape=(32, 32, 3))
+    assert config.model("bigan", (32, 32, 3)) == BiGAN(widths=(16, 32, 64), latent=64, image_shape=(32, 32, 3),
+                                                       hidden=256, dropout=0.2, spectral_norm=False)
+    vae, bigan = config.program("vae", SHAPE), config.program("bigan", SHAPE)
+    assert (vae.payload_dim, bigan.payload_dim) == (2 * 64, 64)
+    with pytest.raises(ValueError, match="family"):
+        config.program("gan", SHAPE)
+    alone, shared = config.network(10, False), config.network(10, True)
+    assert (alone.content, alone.consume_prob, alone.broadcast_prob) == ("none", 0.0, 0.0)
+    assert (shared.content, shared.consume_prob, shared.topology) == ("features", 0.5, "full")
+    assert shared.broadcast_prob == pytest.approx(0.5 / 9)
+    assert config.network(1, True).content == "none"
+    assert (shared.batch_size, shared.inbox_capacity, shared.num_steps, shared.eval_every, shared.seed,
+            shared.backend) == (32, 16, 1200, 100, 0, "auto")
+    with pytest.raises(ValueError, match="disc_real_label"):
+        unsupervised.UnsupervisedConfig(disc_real_label=0.0)
