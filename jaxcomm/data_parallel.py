@@ -116,7 +116,8 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
     init_model = network.classifier_init(model, optimizer, image_shape)
     dense = compressor is None
     compressor = compression.make("none") if dense else compressor
-    shapes = jax.eval_shape(init_model, jax.random.PRNGKey(0)).params
+    abstract = jax.eval_shape(init_model, jax.random.PRNGKey(0))  # shapes only: nothing is initialised
+    shapes = abstract.params
     num_params = bandwidth.num_params(shapes)
 
     def node_gradient(params, model_state, images, targets, key):
@@ -130,7 +131,7 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
         (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         return grads, loss, new_state
 
-    family = speed.family_of(node_gradient, shapes, jax.eval_shape(init_model, jax.random.PRNGKey(0)).model_state,
+    family = speed.family_of(node_gradient, shapes, abstract.model_state,
                              jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
                              jax.ShapeDtypeStruct((b, num_classes), jnp.float32), jax.random.PRNGKey(0))
     backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)

@@ -186,11 +186,6 @@ def first_bad(losses: np.ndarray, bound: float = np.inf) -> tuple[int, int | Non
     return step, node, float(flat[step, node or 0])
 
 
-def first_non_finite(losses: np.ndarray) -> tuple[int, int | None, float] | None:
-    """``(step index, node or None, value)`` of the first non-finite entry of ``losses [L]`` or ``[L, N]``."""
-    return first_bad(losses)
-
-
 class _StopOnSignal:
     """Within the block, SIGINT and SIGTERM set a flag that the loop checks between steps and pieces.
 
@@ -339,12 +334,6 @@ def train(
     seconds, reference, finished = 0.0, None, False
     template = (state, best.kept if best is not None else None)
 
-    def meta(complete: bool) -> dict:
-        saved_best = None if best is None else {"score": best.score.tolist(), "step": best.step.tolist(),
-                                                "stop": best.stop.tolist()}
-        return {"history": history, "best": saved_best, "reference": reference, "seconds": seconds,
-                "finished": complete, "tracker_finished": finished}
-
     if checkpointer is not None and checkpointer.resume and checkpointer.latest_step() is not None:
         done, (state, kept), saved = checkpointer.restore(template)
         resumed_from = done
@@ -364,14 +353,20 @@ def train(
         run = dispatch_steps(system.step, system.summarize, check=stopper.check)
     piece = eval_every  # steps per scan call; cut down if one call takes too long to honour a signal
     timed: set[int] = set()  # scan lengths already run (compiled)
-    committed = (_jsonable(meta(False)), best)  # what goes with ``state`` in a checkpoint
+    # What a checkpoint holds, taken together after each chunk: a signal between the updates of the state and
+    # of the history never saves one without the other.
+    committed = (state, done, len(history), best, reference, seconds, finished)
     last_saved, interrupted, start = done, False, time.perf_counter() - seconds
 
     def save(complete: bool = False) -> None:
-        if checkpointer is not None:
-            record, kept_best = committed
-            record = {**record, "finished": complete}
-            checkpointer.save(done, (state, kept_best.kept if kept_best is not None else None), record)
+        if checkpointer is None:
+            return
+        state_, done_, records, best_, reference_, seconds_, finished_ = committed
+        saved_best = None if best_ is None else {"score": best_.score.tolist(), "step": best_.step.tolist(),
+                                                 "stop": best_.stop.tolist()}
+        meta = {"history": history[:records], "best": saved_best, "reference": reference_, "seconds": seconds_,
+                "finished": complete, "tracker_finished": finished_}
+        checkpointer.save(done_, (state_, best_.kept if best_ is not None else None), _jsonable(meta))
 
     with stopper, tqdm(total=num_steps, initial=done, desc=desc, disable=not progress, leave=False) as bar:
         try:
@@ -414,7 +409,7 @@ def train(
                     new_best, finished = update_best(tracker, best, record, new_state, done + length)
                 state, done, best = new_state, done + length, new_best
                 history.append(record)
-                committed = (_jsonable(meta(False)), best)
+                committed = (state, done, len(history), best, reference, seconds, finished)
                 bar.update(length)
                 if system.postfix is not None:
                     bar.set_postfix(system.postfix(record), refresh=False)

@@ -52,7 +52,7 @@ from jaxcomm import driver, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset, ImageSplit, accuracy_in_batches
 from jaxcomm.models import to_unit_float
-from jaxcomm.validation import is_int, is_real, require
+from jaxcomm.validation import integer, is_int, is_real, positive, require, widths
 
 CRITICS = ("gan", "jsd", "infonce")
 ESTIMATORS = ("gumbel", "reinforce")
@@ -522,16 +522,12 @@ class AgentsConfig:
     seed: int = 0
 
     def __post_init__(self):
-        require(isinstance(self.hidden, tuple) and len(self.hidden) >= 1
-                and all(is_int(w) and w >= 1 for w in self.hidden), "hidden",
-                "a non-empty tuple of integers >= 1", self.hidden)
+        widths("hidden", self.hidden)
         for name in ("critic_hidden", "batch_size", "eval_every", "tau_every"):
-            value = getattr(self, name)
-            require(is_int(value) and value >= 1, name, "an integer >= 1", value)
-        require(is_int(self.diag_batch) and self.diag_batch >= 2, "diag_batch", "an integer >= 2", self.diag_batch)
+            integer(name, getattr(self, name), low=1)
+        integer("diag_batch", self.diag_batch, low=2)
         for name in ("learning_rate", "probe_learning_rate", "tau_init", "tau_floor"):
-            value = getattr(self, name)
-            require(is_real(value) and value > 0, name, "a number > 0", value)
+            positive(name, getattr(self, name))
         for name in ("one_way_weight", "two_way_weight"):
             value = getattr(self, name)
             require(is_real(value) and value >= 0, name, "a number >= 0", value)
