@@ -11,9 +11,16 @@ rate, each row's fraction of it (XLA's FLOP count of one node-step x node-steps
 per second), the inbox's share of a step (true-label messages over a ring, best
 backend) and the state's memory per node.
 
-    python experiments/benchmark.py                  # the full table, ~15 min on 2 CPU cores
+    python experiments/benchmark.py                  # the full table and the sweeps, ~45 min on 2 CPU cores
     python experiments/benchmark.py --quick          # N <= 8, a minute (smoke test)
     python experiments/benchmark.py --only cnn_n10   # one row
+
+Sweeps (:func:`jaxcomm.sweep.train_networks`): R networks of one structure, seeds 0..R-1, trained as one
+sweep against R ``train_network`` calls one by one, each arm in a fresh process; the wall clock from the call
+to the results (compilation and evaluations included): 16 student-MLP networks of 10 nodes (1,000 steps,
+evaluated every 250) and 5 CNN networks of 10 nodes (300 steps). Rows and sweeps that fail (or time out)
+are marked "failed" and the script exits 1. On a GPU the parent process does not preallocate memory
+(``XLA_PYTHON_CLIENT_PREALLOCATE=false``), so each row's process has the device to itself.
 
 Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
 for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
@@ -74,6 +81,27 @@ def rows(quick: bool) -> list[Row]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepRow:
+    """R identical-structure networks (seeds 0..R-1) trained as one sweep against one by one."""
+
+    workload: str  # "student" or "cnn"
+    runs: int
+    num_nodes: int
+    num_steps: int
+    eval_every: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload}_r{self.runs}_n{self.num_nodes}"
+
+
+def sweep_rows(quick: bool) -> list[SweepRow]:
+    if quick:
+        return [SweepRow("student", 4, 4, 100, 50)]
+    return [SweepRow("student", 16, 10, 1000, 250), SweepRow("cnn", 5, 10, 300, 100)]
+
+
 def model_and_data(workload: str):
     """The workload's model and a dataset to sample from."""
     import numpy as np
@@ -83,9 +111,10 @@ def model_and_data(workload: str):
 
     if workload == "cnn":
         rng = np.random.default_rng(0)
-        split = data.ImageSplit((rng.random((12_800, 32, 32, 3)) * 255).astype(np.uint8),
-                                rng.integers(0, 10, 12_800).astype(np.int32))
-        return StridedCNN(), data.ImageDataset("random-32x32x3", split, split, split, 10)
+        random_split = lambda m: data.ImageSplit((rng.random((m, 32, 32, 3)) * 255).astype(np.uint8),
+                                                 rng.integers(0, 10, m).astype(np.int32))
+        split = random_split(12_800)
+        return StridedCNN(), data.ImageDataset("random-32x32x3", split, random_split(1000), random_split(1000), 10)
     hidden, dropout = ((32, 32), 0.0) if workload == "student" else ((1200, 1200), 0.5)
     return MLP(hidden=hidden, dropout=dropout), data.load_mnist_sample()
 
@@ -187,6 +216,55 @@ def measure_row(row: Row) -> dict:
     return result
 
 
+def measure_sweep(row: SweepRow, arm: str) -> dict:
+    """Wall clock from the call to the results of ``row``'s R runs: as one sweep, or one by one."""
+    from jaxcomm import network, sweep
+
+    model, dataset = model_and_data(row.workload)
+    configs = [network.NetworkConfig(num_nodes=row.num_nodes, num_steps=row.num_steps, eval_every=row.eval_every,
+                                     seed=seed) for seed in range(row.runs)]
+    start = time.perf_counter()
+    if arm == "sweep":
+        results = sweep.train_networks(configs, model, dataset, progress=False)
+    else:
+        results = [network.train_network(c, model, dataset, progress=False) for c in configs]
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "mode": results[0].get("sweep", {}).get("mode"),
+            "counters": [r["final"]["counters"] for r in results],
+            "avg_accuracy": [r["final"]["avg_accuracy"] for r in results],
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_sweeps(selected: list[SweepRow], timeout: int) -> dict:
+    """Each arm of each sweep row in its own interpreter (nothing compiled is shared between arms)."""
+    results = {}
+    for row in selected:
+        arms = {}
+        for arm in ("one_by_one", "sweep"):
+            proc = _child(["--measure-sweep", json.dumps(dataclasses.asdict(row)), arm], timeout)
+            if proc.returncode:
+                print(f"{row.name} {arm}: FAILED\n{proc.stderr[-3000:]}", file=sys.stderr)
+                arms = {"error": f"{arm}: {proc.stderr[-1000:]}"}
+                break
+            arms[arm] = json.loads(proc.stdout.strip().splitlines()[-1])
+        if "error" in arms:
+            results[row.name] = arms
+            continue
+        one, together = arms["one_by_one"], arms["sweep"]
+        results[row.name] = {
+            **dataclasses.asdict(row), "mode": together["mode"], "sweep_s": together["seconds"],
+            "one_by_one_s": one["seconds"], "speedup": one["seconds"] / together["seconds"],
+            # Counters depend only on the draws: a sweep must reproduce them exactly.
+            "counters_equal": one["counters"] == together["counters"],
+            "max_accuracy_difference": max(abs(a - b) for a, b in
+                                           zip(one["avg_accuracy"], together["avg_accuracy"], strict=True)),
+            "sweep_peak_rss_mb": together["peak_rss_mb"], "one_by_one_peak_rss_mb": one["peak_rss_mb"]}
+        r = results[row.name]
+        print(f"{row.name:>16}: sweep ({r['mode']}) {r['sweep_s']:.1f} s, one by one {r['one_by_one_s']:.1f} s: "
+              f"{r['speedup']:.2f}x; counters equal: {r['counters_equal']}", flush=True)
+    return results
+
+
 def _inbox_share(state, row: Row, steps_per_s: float) -> float:
     """Seconds of the inbox's pop + push alone, as a fraction of a whole step's seconds."""
     import jax
@@ -234,13 +312,21 @@ def matmul_gflops(size: int = 2048) -> float:
     return 2 * size**3 / best / 1e9
 
 
+def _child(args: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """This script run with ``args`` in a fresh interpreter; a timeout is a failure (return code 124)."""
+    try:
+        return subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout,
+                              cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout} s")
+
+
 def run_rows(selected: list[Row], timeout: int) -> dict:
     """Each row in its own interpreter, so that its peak memory is its own."""
     results = {}
     for row in selected:
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--measure", json.dumps(dataclasses.asdict(row))],
-                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        proc = _child(["--measure", json.dumps(dataclasses.asdict(row))], timeout)
         if proc.returncode:
             print(f"{row.name}: FAILED\n{proc.stderr[-3000:]}", file=sys.stderr)
             results[row.name] = {"error": proc.stderr[-1000:]}
@@ -259,6 +345,17 @@ def format_table(summary: dict) -> str:
     lines = [
         f"Machine: {summary['device']}; float32 matmul {peak:.1f} GFLOP/s (2048^2, best of 5).",
         f"Command: `{summary['command']}`; wall time {summary['wall_seconds']:.0f} s.",
+    ]
+    if summary["rows"]:
+        lines += _rows_table(summary["rows"])
+    sweeps = summary.get("sweeps") or {}
+    if sweeps:
+        lines += _sweeps_table(sweeps)
+    return "\n".join(lines)
+
+
+def _rows_table(rows: dict) -> list[str]:
+    lines = [
         "",
         "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
         "each backend's better step loop, `lax.scan` over steps or one jitted call per step); `loop` is the "
@@ -272,7 +369,7 @@ def format_table(summary: dict) -> str:
         "|---|" + "---|" * 13,
     ]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
-    for name, r in summary["rows"].items():
+    for name, r in rows.items():
         if "error" in r:
             lines.append(f"| {name} | failed |" + " |" * 12)
             continue
@@ -287,7 +384,24 @@ def format_table(summary: dict) -> str:
             + ("-" if share is None else f"{100 * share:.2f}%") + " | "
             + ("-" if drop is None else f"-{100 * drop:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
             + f"{r['peak_rss_mb']:.0f} |")
-    return "\n".join(lines)
+    return lines
+
+
+def _sweeps_table(sweeps: dict) -> list[str]:
+    lines = ["", "Sweeps: R networks of N nodes (seeds 0..R-1, true labels over a ring), wall clock from the "
+              "call to the results (compilation and evaluations included), as one `jaxcomm.sweep.train_networks` "
+              "against R `train_network` calls one by one, each arm in a fresh process. `counters equal`: the "
+              "sweep reproduced every run's message counters exactly.", "",
+              "| sweep | runs x nodes | steps | mode | sweep s | one by one s | speed-up | counters equal |"
+              " max accuracy diff (pts) |", "|---|" + "---|" * 8]
+    for name, r in sweeps.items():
+        if "error" in r:
+            lines.append(f"| {name} | failed |" + " |" * 7)
+            continue
+        lines.append(f"| {name} | {r['runs']} x {r['num_nodes']} | {r['num_steps']} | {r['mode']} | "
+                     f"{r['sweep_s']:.1f} | {r['one_by_one_s']:.1f} | {r['speedup']:.2f}x | "
+                     f"{'yes' if r['counters_equal'] else 'NO'} | {r['max_accuracy_difference']:.2g} |")
+    return lines
 
 
 def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
@@ -308,11 +422,16 @@ def main(argv=None) -> int:
     parser.add_argument("--write-choices", action="store_true",
                         help="also write the measured-best backends to jaxcomm/assets/backends.json")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
+    parser.add_argument("--no-sweeps", action="store_true", help="skip the sweep rows")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-sweep", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
         print(json.dumps(measure_row(Row(**{k: tuple(v) if isinstance(v, list) else v
                                           for k, v in json.loads(args.measure).items()}))))
+        return 0
+    if args.measure_sweep:
+        print(json.dumps(measure_sweep(SweepRow(**json.loads(args.measure_sweep[0])), args.measure_sweep[1])))
         return 0
     from jaxcomm import speed
     from jaxcomm.harness import cli as harness_cli
@@ -323,32 +442,41 @@ def main(argv=None) -> int:
     preset = "quick" if args.quick else "full"
     args.out = args.out or str(harness_cli.default_out_dir("benchmark", preset))
 
-    selected = rows(args.quick)
+    selected, sweeps = rows(args.quick), ([] if args.no_sweeps else sweep_rows(args.quick))
     if args.only:
-        known = {r.name: r for r in rows(False) + rows(True)}
+        known = {r.name: r for r in rows(False) + rows(True) + sweep_rows(False) + sweep_rows(True)}
         unknown = sorted(set(args.only) - set(known))
         if unknown:
             parser.error(f"unknown rows {unknown}; rows are: {', '.join(known)}")
-        selected = [known[name] for name in args.only]
+        selected = [known[name] for name in args.only if isinstance(known[name], Row)]
+        sweeps = [known[name] for name in args.only if isinstance(known[name], SweepRow)]
     start = time.perf_counter()
     peak = matmul_gflops()
     print(f"float32 matmul: {peak:.1f} GFLOP/s", flush=True)
     results = run_rows(selected, args.timeout)
+    sweep_results = run_sweeps(sweeps, args.timeout)
     for r in results.values():
         if "error" not in r and r.get("flops_per_node_step"):
             r["fraction_of_matmul_peak"] = r["flops_per_node_step"] * r["best_node_steps_per_s"] / (peak * 1e9)
         elif "error" not in r:
             r["fraction_of_matmul_peak"] = None
     path = harness_results.write_summary(args.out, experiment="benchmark", preset=preset,
-                                    rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak)
+                                    rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak,
+                                    sweeps=sweep_results)
     summary = json.loads(path.read_text())
     write_report(args.out)
     print(format_table(summary))
     if args.write_choices:
         print(f"wrote {speed.write_backend_choices(summary, families=FAMILIES)}")
+    failed = [name for name, r in {**results, **sweep_results}.items() if "error" in r]
+    if failed:
+        print(f"FAILED rows: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # The parent's JAX would take 75 % of a GPU's memory before any row's process starts: allocate on demand.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     sys.exit(main())

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import bandwidth, data, decision, network, recipes
+from jaxcomm import bandwidth, data, decision, network, recipes, sweep
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
@@ -107,6 +107,8 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
       time_budget_s: wall seconds (from the start of the run) after which no study run starts whose
         estimated time (its node-steps at the speed of the last study run) would overrun; skipped
         runs are listed in the summary. 0: no limit. The rows always run.
+      num_seeds: every row and study point runs with seeds ``seed, seed + 1, ...`` as one sweep
+        (:func:`jaxcomm.sweep.train_networks`); tables give the mean and standard deviation.
     """
 
     eval_every: int = 500
@@ -123,9 +125,11 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
     study_broadcast_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     study_temperatures: tuple[float, ...] = (0.25, 1.0, 4.0)
     time_budget_s: float = 3240.0
+    num_seeds: int = 3
 
     def __post_init__(self):
         super().__post_init__()
+        integer("num_seeds", self.num_seeds, low=1)
         widths("study_widths", self.study_widths)
         for name in ("eval_every", "study_steps", "study_eval_every"):
             integer(name, getattr(self, name), low=1)
@@ -167,9 +171,9 @@ def with_recipe(recipe: recipes.Chapter2Recipe, **fields) -> OutputsExchangeConf
 
 
 def cpu_config() -> OutputsExchangeConfig:
-    """Under 60 minutes on 2 CPU cores: the cpu recipe's rows in about 30, studies until the 54-minute budget
-    (46 minutes in all, measured alone; see :data:`CPU_SCALE_DOWNS`)."""
-    return with_recipe(recipes.cpu())
+    """About 2 hours on 2 CPU cores: the cpu recipe's six rows x 3 seeds (about 30 minutes per seed, measured
+    alone with one seed), then studies until the 2-hour budget (see :data:`CPU_SCALE_DOWNS`)."""
+    return with_recipe(recipes.cpu(), time_budget_s=7200.0)
 
 
 CPU_SCALE_DOWNS = (
@@ -183,10 +187,10 @@ CPU_SCALE_DOWNS = (
     "its target; a 5,000-step single-node probe of this recipe crossed 65% at step 4,000 and ended at 67.9%, so "
     "networks can beat or lose to the single node inside the horizon; chosen before the run, not from it",
     "studies: 1,000 steps each (a fifth of the rows, the cosine decaying over those 1,000), one evaluation at "
-    "the end, one seed; points are skipped once the 54-minute time budget would be overrun (networks of more than "
+    "the end, 3 seeds; points are skipped once the 2-hour time budget would be overrun (networks of more than "
     "20 nodes run last)",
-    "one seed everywhere; consume 0.5, broadcast 0.5/(N-1), inbox 16, tau 1 for the logits row as in the thesis' "
-    "best settings where it states them",
+    "3 seeds per row and study point, each cell one sweep; consume 0.5, broadcast 0.5/(N-1), inbox 16, tau 1 for "
+    "the logits row as in the thesis' best settings where it states them",
 )
 
 
@@ -202,7 +206,7 @@ def smoke_config() -> OutputsExchangeConfig:
 
     The study points are the rows' networks (shared, trained once) but for the ring p = 1.
     """
-    return with_recipe(recipes.smoke(), study_widths=(16,), eval_every=10, target=50.0, study_steps=20,
+    return with_recipe(recipes.smoke(), num_seeds=2, study_widths=(16,), eval_every=10, target=50.0, study_steps=20,
                        study_eval_every=10, study_node_counts=(1, 10), study_neighbours=(1, 9), study_consume=(0.5,),
                        study_broadcast_factors=(1.0,), study_temperatures=(1.0,))
 
@@ -213,24 +217,34 @@ PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 # --------------------------------------------------------------------------- measurements
 
 
-def train(net: network.NetworkConfig, model, dataset, *, name: str, checkpoints: Checkpoints | None,
-          progress: bool) -> dict:
-    """One network trained (:func:`jaxcomm.network.train_network`) and summarised
-    (:func:`jaxcomm.recipes.summarize`); its curve per evaluation."""
-    out = network.train_network(net, model, dataset, progress=progress, desc=name,
-                                checkpointer=checkpoints.run(name) if checkpoints else None)
-    history = out["history"]
-    summary = recipes.summarize(out, num_params=bandwidth.model_num_params(model, dataset.train.images.shape[1:]))
-    curve = {"run": name, "nodes": net.num_nodes, "content": net.content,
-             "steps": [h["step"] for h in history],
-             "avg_accuracy": [round(h["avg_accuracy"], 3) for h in history],
-             "collective_accuracy": {w: [round(h["collective_accuracy"][w], 3) for h in history]
-                                     for w in decision.WEIGHTINGS},
-             "loss": [round(h["loss"], 4) for h in history],
-             "seconds": [round(h["seconds"], 1) for h in history]}
-    print(f"[{name}] N={net.num_nodes} {net.content}: avg {summary['avg_accuracy']:.1f} collective "
-          f"{summary['collective_accuracy']:.1f} in {summary['seconds']:.0f} s", flush=True)
-    return {"summary": summary, "curve": curve, "history": history}
+def train(net: network.NetworkConfig, model, dataset, *, name: str, seeds: Sequence[int],
+          checkpoints: Checkpoints | None, progress: bool) -> dict:
+    """One network trained with every seed as one sweep (:func:`jaxcomm.sweep.train_networks`), summarised
+    per seed (:func:`jaxcomm.recipes.summarize`) and over seeds (:func:`jaxcomm.recipes.summarize_seeds`);
+    its curves per seed and evaluation."""
+    outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], model, dataset, progress=progress,
+                                desc=name, checkpointer=checkpoints.run(name) if checkpoints else None)
+    num_params = bandwidth.model_num_params(model, dataset.train.images.shape[1:])
+    summary = recipes.summarize_seeds([recipes.summarize(out, num_params=num_params) for out in outs], seeds)
+    curves = [{"run": name, "seed": seed, "nodes": net.num_nodes, "content": net.content,
+               "steps": [h["step"] for h in out["history"]],
+               "avg_accuracy": [round(h["avg_accuracy"], 3) for h in out["history"]],
+               "collective_accuracy": {w: [round(h["collective_accuracy"][w], 3) for h in out["history"]]
+                                       for w in decision.WEIGHTINGS},
+               "loss": [round(h["loss"], 4) for h in out["history"]],
+               "seconds": [round(h["seconds"], 1) for h in out["history"]]}
+              for seed, out in zip(seeds, outs, strict=True)]
+    print(f"[{name}] N={net.num_nodes} {net.content}, {len(seeds)} seeds: avg {summary['avg_accuracy']:.1f} "
+          f"(sd {summary['avg_accuracy_sd']:.1f}) collective {summary['collective_accuracy']:.1f} "
+          f"(sd {summary['collective_accuracy_sd']:.1f}) in {summary['seconds']:.0f} s", flush=True)
+    return {"summary": summary, "curves": curves, "histories": [out["history"] for out in outs]}
+
+
+def _median_steps(steps: list[int | None]) -> int | None:
+    """The median of the seeds' steps to the target, not reaching it (None) counting as the slowest; the upper
+    of the two middle values for an even count."""
+    ordered = sorted(steps, key=lambda v: float("inf") if v is None else v)
+    return ordered[len(ordered) // 2]
 
 
 def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tuple[str, str, float, dict]]:
@@ -266,18 +280,22 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
     rows: dict[str, dict] = {}
     curves: list[dict] = []
     done: dict[tuple, dict] = {}  # (network, channels) -> trained run, shared by rows and studies
+    seeds = [config.seed + i for i in range(config.num_seeds)]
     for name in config.rows:
         n, content = ROWS[name]
         net = config.network(n, content, steps=config.num_steps, eval_every=config.eval_every)
-        out = train(net, config.model(dataset.num_classes), dataset, name=name, checkpoints=checkpoints,
-                    progress=progress)
+        out = train(net, config.model(dataset.num_classes), dataset, name=name, seeds=seeds,
+                    checkpoints=checkpoints, progress=progress)
         done[(net, config.widths)] = out
+        for per_seed, history in zip(out["summary"]["per_seed"], out["histories"], strict=True):
+            per_seed["steps_to_target_avg"] = recipes.steps_to_target(history, config.target,
+                                                                      lambda h: h["avg_accuracy"])
+            per_seed["steps_to_target_collective"] = recipes.steps_to_target(
+                history, config.target, lambda h: h["collective_accuracy"]["negentropy"])
         rows[name] = {**out["summary"], "target": config.target,
-                      "steps_to_target_avg": recipes.steps_to_target(out["history"], config.target,
-                                                                     lambda h: h["avg_accuracy"]),
-                      "steps_to_target_collective": recipes.steps_to_target(
-                          out["history"], config.target, lambda h: h["collective_accuracy"]["negentropy"])}
-        curves.append({"kind": "row", **out["curve"]})
+                      **{key: _median_steps([p[key] for p in out["summary"]["per_seed"]])
+                         for key in ("steps_to_target_avg", "steps_to_target_collective")}}
+        curves += [{"kind": "row", **curve} for curve in out["curves"]]
     studies: list[dict] = []
     skipped: list[str] = []
     study_model = config.model(dataset.num_classes, widths=config.study_widths)
@@ -289,17 +307,19 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
         key = (net, config.study_widths)
         if key not in done:
             # Per node-step cost grows with N on a CPU (measured 1.5x from 10 to 20 CNN nodes): N^0.6.
-            estimate = seconds_per_node_step * net.num_nodes * net.num_steps * (net.num_nodes / last_nodes) ** 0.6
+            estimate = (seconds_per_node_step * net.num_nodes * net.num_steps * len(seeds)
+                        * (net.num_nodes / last_nodes) ** 0.6)
             if config.time_budget_s and time.perf_counter() - start + estimate > config.time_budget_s:
                 skipped.append(f"{study} {label} (estimated {estimate:.0f} s, over the time budget)")
                 print(f"skipped {study} {label}: estimated {estimate:.0f} s, over the time budget", flush=True)
                 continue
             name = f"study_{len(done) - len(rows)}_n{net.num_nodes}_{net.content}"
-            done[key] = train(net, study_model, dataset, name=name, checkpoints=checkpoints, progress=progress)
-            curves.append({"kind": "study", **done[key]["curve"]})
-            seconds_per_node_step = done[key]["summary"]["seconds"] / (net.num_nodes * net.num_steps)
+            done[key] = train(net, study_model, dataset, name=name, seeds=seeds, checkpoints=checkpoints,
+                              progress=progress)
+            curves += [{"kind": "study", **curve} for curve in done[key]["curves"]]
+            seconds_per_node_step = done[key]["summary"]["seconds"] / (net.num_nodes * net.num_steps * len(seeds))
             last_nodes = net.num_nodes
-        studies.append({"study": study, "label": label, "x": x, "run": done[key]["curve"]["run"],
+        studies.append({"study": study, "label": label, "x": x, "run": done[key]["curves"][0]["run"],
                         **{k: v for k, v in done[key]["summary"].items() if k != "counters"}})
     return {"rows": rows, "studies": studies, "skipped_studies": skipped, "curves": curves, "dataset": dataset.name,
             "scale_downs": list(CPU_SCALE_DOWNS) if config == cpu_config() else None,
@@ -312,7 +332,11 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
 def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
     """Accuracy vs steps per row: node average (dashed) and collective decision (negentropy, solid)."""
     plt = report.pyplot()
-    rows = [c for c in curves if c["kind"] == "row"]
+    runs: dict[str, list[dict]] = {}
+    for c in curves:
+        if c["kind"] == "row":
+            runs.setdefault(c["run"], []).append(c)
+    rows = [_mean_curve(group) for group in runs.values()]
     cols = 3
     grid = (len(rows) + cols) // cols
     fig, axes = plt.subplots(grid, cols, figsize=(5 * cols, 3.6 * grid), squeeze=False, sharey=True)
@@ -338,6 +362,17 @@ def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _mean_curve(curves: list[dict]) -> dict:
+    """One run's curves over its seeds: the mean of every accuracy (one seed: the curve itself)."""
+    if len(curves) == 1:
+        return curves[0]
+    mean = lambda key: np.mean([c[key] for c in curves], axis=0).tolist()  # noqa: E731
+    return {**curves[0], "run": f"{curves[0]['run']} (mean of {len(curves)} seeds)",
+            "avg_accuracy": mean("avg_accuracy"),
+            "collective_accuracy": {w: np.mean([c["collective_accuracy"][w] for c in curves], axis=0).tolist()
+                                    for w in curves[0]["collective_accuracy"]}}
 
 
 def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
@@ -381,6 +416,20 @@ def _steps(value, horizon: int) -> str:
     return f"> {horizon:,}" if value is None else f"{value:,}"
 
 
+def _acc(row: dict, key: str) -> str:
+    """An accuracy of a row: its mean +- sd over seeds when it has several (a run of one seed: the value)."""
+    if len(row.get("per_seed") or ()) > 1 and row.get(f"{key}_sd") is not None:
+        return f"{_num(row[key])} ± {_num(row[f'{key}_sd'])}"
+    return _num(row[key])
+
+
+def _steps_per_seed(row: dict, key: str, horizon: int) -> str:
+    """Steps to the target: each seed's, separated by ' / ' (older single-seed runs: the one value)."""
+    if "per_seed" in row:
+        return " / ".join(_steps(p[key], horizon) for p in row["per_seed"])
+    return _steps(row[key], horizon)
+
+
 def table_markdown(summary: dict) -> str:
     rows, config = summary["rows"], summary["config"]
     note = f" ({summary['note']})" if summary.get("note") else ""
@@ -399,25 +448,28 @@ def table_markdown(summary: dict) -> str:
     if summary.get("scale_downs"):
         lines += ["Scale-downs of the cpu preset:", ""] + [f"- {s}" for s in summary["scale_downs"]] + [""]
     lines += [
-        f"## Table 2.1: accuracy (%) at the final step (thesis: 5,000 steps; here {config['num_steps']:,})", "",
+        f"## Table 2.1: accuracy (%) at the final step (thesis: 5,000 steps; here {config['num_steps']:,}"
+        + (f"; mean ± sd over seeds {seeds_of(list(rows.values()))}" if seeds_of(list(rows.values())) else "")
+        + ")", "",
         "| row | thesis avg | thesis coll. | measured avg | measured coll. (negentropy) | gain coll. - avg |",
         "|---|---|---|---|---|---|",
     ]
     for name, row in rows.items():
         t = THESIS_TABLE[name]
-        coll = _num(row["collective_accuracy"]) + (" (= avg, one node)" if row["nodes"] == 1 else "")
+        coll = _acc(row, "collective_accuracy") + (" (= avg, one node)" if row["nodes"] == 1 else "")
         gain = row["collective_accuracy"] - row["avg_accuracy"]
         lines.append(f"| {name} | {_num(t[0])} | {_num(t[1]) if t[1] is not None else 'N.A.'} | "
-                     f"{_num(row['avg_accuracy'])} | {coll} | {gain:+.1f} |")
+                     f"{_acc(row, 'avg_accuracy')} | {coll} | {gain:+.1f} |")
     horizon = config["num_steps"]
     lines += ["", f"## Table 2.2: steps to the target (thesis: 85%; here {config['target']}%, "
-              f"evaluated every {config['eval_every']} steps, '> {horizon:,}' = not reached)", "",
+              f"evaluated every {config['eval_every']} steps, '> {horizon:,}' = not reached"
+              + ("; each seed's, separated by /" if seeds_of(list(rows.values())) else "") + ")", "",
               "| row | thesis avg | thesis coll. | measured avg | measured coll. |", "|---|---|---|---|---|"]
     for name, row in rows.items():
         t = THESIS_TABLE[name]
         lines.append(f"| {name} | {_num(t[2])} | {_num(t[3]) if t[3] is not None else 'N.A.'} | "
-                     f"{_steps(row['steps_to_target_avg'], horizon)} | "
-                     f"{_steps(row['steps_to_target_collective'], horizon)} |")
+                     f"{_steps_per_seed(row, 'steps_to_target_avg', horizon)} | "
+                     f"{_steps_per_seed(row, 'steps_to_target_collective', horizon)} |")
     lines += ["", "## Collective decision: the four weightings on the same predictions (final step, %)", "",
               "| row | node average | negentropy | entropy (Alg. 3 as printed) | mean | vote | entropy - negentropy |",
               "|---|---|---|---|---|---|---|"]
@@ -435,18 +487,19 @@ def table_markdown(summary: dict) -> str:
     for name, row in rows.items():
         sent, allred = row["bytes_sent_per_node_step"], row["allreduce_bytes_per_node_step"]
         ratio = f"{allred / sent:,.0f}x less" if sent > 0 and allred > 0 else "-"
-        lines.append(f"| {name} | {row['num_params']:,} | {row['message_bytes']:,} | {row['counters']['sent']:,} | "
+        lines.append(f"| {name} | {row['num_params']:,} | {row['message_bytes']:,} | {row['counters']['sent']:,.0f} | "
                      f"{sent:,.1f} | {allred:,.0f} | {ratio} |")
     studies = summary.get("studies") or []
     if studies:
         lines += ["", f"## Configuration studies (§2.3.1): {config['study_steps']:,} steps each, channels "
-                  f"{tuple(config['study_widths'])}, one seed", "",
+                  f"{tuple(config['study_widths'])}, "
+                  + (f"seeds {seeds_of(studies)} (mean ± sd)" if seeds_of(studies) else "one seed"), "",
                   "| study | point | N | content | topology, p | p_c | p_b | tau | avg | coll. (negentropy) | "
                   "coll. (entropy) | bytes / node / step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in studies:
             lines.append(f"| {s['study']} | {s['label']} | {s['nodes']} | {s['content']} | {s['topology']}, "
                          f"{s['num_neighbours']} | {s['consume_prob']:.2f} | {s['broadcast_prob']:.4f} | "
-                         f"{s['temperature']:g} | {_num(s['avg_accuracy'])} | {_num(s['collective_accuracy'])} | "
+                         f"{s['temperature']:g} | {_acc(s, 'avg_accuracy')} | {_acc(s, 'collective_accuracy')} | "
                          f"{_num(s['collective_accuracy_by_weighting']['entropy'])} | "
                          f"{s['bytes_sent_per_node_step']:,.0f} |")
         for extra in summary.get("extra_runs", []):
@@ -459,6 +512,12 @@ def table_markdown(summary: dict) -> str:
     lines += other_recipes_markdown(summary)
     lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
     return "\n".join(lines)
+
+
+def seeds_of(runs: list[dict]) -> str | None:
+    """The seeds of runs trained with several, as printed (None for single-seed runs)."""
+    seeds = {tuple(r["seeds"]) for r in runs if len(r.get("seeds") or ()) > 1}
+    return ", ".join(str(s) for s in sorted(seeds)[0]) if len(seeds) == 1 else None
 
 
 def other_recipes_markdown(summary: dict) -> list[str]:

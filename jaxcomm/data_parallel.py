@@ -179,7 +179,7 @@ def system(dp: DataParallel, split) -> driver.System:
         return {"loss": float(np.mean(population.to_host(infos.loss))), **network.evaluate(probs, split.labels)}
 
     return driver.System(dp.init, dp.step, evaluate, losses=lambda infos: infos.loss,
-                         summarize=lambda info: info._replace(indices=info.indices[:, :0]),
+                         summarize=network.summarize_info,
                          step_loop=dp.step_loop, postfix=network.progress_postfix)
 
 

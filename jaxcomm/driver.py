@@ -26,6 +26,7 @@ train through :func:`train`.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import threading
@@ -224,10 +225,13 @@ class _StopOnSignal:
             signal.raise_signal(self.signum)
 
 
+@functools.lru_cache(maxsize=32)
 def scan_steps(step_fn: Callable, summarize: Callable = _identity) -> Callable:
     """Jitted ``run(state, data, length) -> (state, infos)`` of ``length`` steps as one ``lax.scan``.
 
-    Compiled once per distinct ``length``; ``infos`` has a leading ``[length]`` axis.
+    Compiled once per distinct ``length`` and shapes; ``infos`` has a leading ``[length]`` axis. Cached
+    per ``(step_fn, summarize)``: training the same system again (a sweep's runs one by one) does not
+    compile again.
     """
 
     def run(state, data, length):
@@ -250,10 +254,7 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
     driver's stop on a signal).
     """
 
-    @jax.jit
-    def step(state, data):
-        state, info = step_fn(state, data)
-        return state, summarize(info)
+    step = _jitted_step(step_fn, summarize)
 
     def run(state, data, length):
         infos = []
@@ -265,6 +266,18 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
         return state, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *infos)
 
     return run
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_step(step_fn: Callable, summarize: Callable) -> Callable:
+    """One jitted step (summarized), cached like :func:`scan_steps`."""
+
+    @jax.jit
+    def step(state, data):
+        state, info = step_fn(state, data)
+        return state, summarize(info)
+
+    return step
 
 
 def _pieces(length: int, seconds_per_step: float, max_block_seconds: float) -> int:

@@ -111,7 +111,8 @@ def soft_labels(temperature: float = 1.0) -> Exchange:
 
     On the wire: the logits as float32.
     """
-    require(is_real(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
+    if not isinstance(temperature, jax.Array):  # a sweep's per-run value is traced: checked in its config
+        require(is_real(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
     outgoing = lambda logits, features, targets, received, consumed: logits
     loss = lambda logits, features, received: cross_entropy(logits, jax.nn.softmax(received / temperature))
     return Exchange("logits", lambda num_classes, feature_dim: num_classes, outgoing, loss,

@@ -213,6 +213,36 @@ class NetworkConfig:
         return dataclasses.replace(self, **changes)
 
 
+class Settings(NamedTuple):
+    """The numbers of a run that a sweep may vary from run to run, read by the step as data.
+
+    Float32 scalars for one run (:func:`settings`), ``[R]`` arrays for the R runs of a
+    sweep (:mod:`jaxcomm.sweep`): one compiled step serves every value.
+
+    Attributes:
+      consume_prob: p_c.
+      broadcast_prob: p_b.
+      failure_prob: q.
+      failure_steps: D, mean steps a failed node stays down.
+      temperature: tau of the soft labels of the named content "logits".
+      consumed_weight: scale of the loss on consumed data.
+      learning_rate: Adam's step size (the peak of a cosine schedule).
+    """
+
+    consume_prob: jax.Array
+    broadcast_prob: jax.Array
+    failure_prob: jax.Array
+    failure_steps: jax.Array
+    temperature: jax.Array
+    consumed_weight: jax.Array
+    learning_rate: jax.Array
+
+
+def settings(config: NetworkConfig) -> Settings:
+    """A config's :class:`Settings`, float32 scalars."""
+    return Settings(*(np.float32(getattr(config, name)) for name in Settings._fields))
+
+
 class NetworkData(NamedTuple):
     """The arrays a network step reads, on the device once.
 
@@ -221,12 +251,14 @@ class NetworkData(NamedTuple):
       labels: ``[M] int32``.
       shard_indices: ``[N, S] int32`` rows of node n's shard (padded).
       shard_sizes: ``[N] int32`` real sizes; node n samples positions < size.
+      settings: the run's :class:`Settings`.
     """
 
     images: jax.Array
     labels: jax.Array
     shard_indices: jax.Array
     shard_sizes: jax.Array
+    settings: Settings
 
 
 class NetworkState(NamedTuple):
@@ -332,15 +364,16 @@ class NodeProgram(NamedTuple):
     family: str | None = None
 
 
-def learning_rate(config) -> float | optax.Schedule:
+def learning_rate(config, peak: float | jax.Array | None = None) -> float | jax.Array | optax.Schedule:
     """Adam's step size for ``config.lr_schedule``: a constant, or a schedule of the update count.
 
-    Reads ``learning_rate``, ``lr_schedule`` and ``num_steps`` of a :class:`NetworkConfig` (or any
-    config with those fields).
+    Reads ``learning_rate`` (unless ``peak`` replaces it, e.g. a sweep's traced value),
+    ``lr_schedule`` and ``num_steps`` of a :class:`NetworkConfig` (or any config with those fields).
     """
+    peak = config.learning_rate if peak is None else peak
     if config.lr_schedule == "cosine":
-        return optax.cosine_decay_schedule(config.learning_rate, decay_steps=max(config.num_steps, 1))
-    return config.learning_rate
+        return optax.cosine_decay_schedule(peak, decay_steps=max(config.num_steps, 1))
+    return peak
 
 
 def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
@@ -373,7 +406,7 @@ def feature_dim(model: nn.Module, image_shape: tuple[int, ...]) -> int:
 
 
 def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
-                       exchange: exchanges.Exchange | None = None) -> NodeProgram:
+                       exchange: exchanges.Exchange | None = None, tuned: Settings | None = None) -> NodeProgram:
     """The thesis' supervised node: cross-entropy on local labels, the exchange's loss on consumed data.
 
     Args:
@@ -384,9 +417,12 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
       image_shape: ``(H, W, C)`` of one image.
       num_classes: C.
       exchange: what messages carry (default :func:`jaxcomm.exchange.named` of the config).
+      tuned: :class:`Settings` whose ``consumed_weight``, ``learning_rate`` and
+        ``temperature`` replace the config's (traced values inside a step).
     """
-    exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
-    optimizer = optax.adam(learning_rate(config))
+    tuned = tuned or settings(config)
+    exchange = exchange or exchanges.named(config.content, temperature=tuned.temperature)
+    optimizer = optax.adam(learning_rate(config, tuned.learning_rate))
     payload_dim = int(exchange.payload_dim(num_classes, feature_dim(model, image_shape)))
     apply = functools.partial(apply_classifier, model)
 
@@ -395,7 +431,7 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
         loss = cross_entropy(logits, local_targets)
         if not exchange.sends:
             return loss, (model_state, payload)
-        received = config.consumed_weight * exchange.loss(logits, features, payload)
+        received = tuned.consumed_weight * exchange.loss(logits, features, payload)
         loss = jnp.where(consumed, received, loss)
         # What this node would broadcast about the batch it just trained on.
         outgoing = exchange.outgoing(logits, features, local_targets, payload, consumed)
@@ -435,19 +471,20 @@ class Network:
     family: str
 
 
-def failure_process(config: NetworkConfig) -> Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
-    """``failures(up [N], step [], key) -> (up, alive)``: random outages evolve, then the schedule applies.
+def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """``failures(up [N], step [], key, tuned) -> (up, alive)``: random outages evolve, then the schedule applies.
 
-    An up node goes down with probability ``failure_prob``, a down one comes back with
-    ``1 / failure_steps``; ``alive`` also removes the nodes of ``failure_schedule`` for this step.
+    An up node goes down with probability ``tuned.failure_prob``, a down one comes back with
+    ``1 / tuned.failure_steps`` (:class:`Settings`); ``alive`` also removes the nodes of the config's
+    ``failure_schedule`` for this step.
     """
     n = config.num_nodes
     schedule = np.asarray(config.failure_schedule, np.int32).reshape(-1, 3)
 
-    def failures(up: jax.Array, step: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def failures(up: jax.Array, step: jax.Array, key: jax.Array, tuned: Settings) -> tuple[jax.Array, jax.Array]:
         k_down, k_back = jax.random.split(key)
-        down = jax.random.bernoulli(k_down, config.failure_prob, (n,))
-        back = jax.random.bernoulli(k_back, 1.0 / config.failure_steps, (n,))
+        down = jax.random.bernoulli(k_down, tuned.failure_prob, (n,))
+        back = jax.random.bernoulli(k_back, 1.0 / tuned.failure_steps, (n,))
         up = jnp.where(up, ~down, back)
         out = (schedule[:, 1] <= step) & (step < schedule[:, 2])  # [outages]
         scheduled = jnp.zeros((n,), bool).at[schedule[:, 0]].max(out)
@@ -474,6 +511,16 @@ def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState],
         return nodes._replace(params=params, model_state=model_state)
 
     return mix
+
+
+def graph_of(config: NetworkConfig, graph: np.ndarray | jax.Array | topology.GraphFn | None = None
+             ) -> tuple[topology.GraphFn, bool]:
+    """``(graph_fn(key, step) -> bool [N, N], dynamic)`` of ``graph`` (see :func:`make_network`), or of the
+    config's named topology when ``graph`` is None; validated before anything compiles."""
+    if graph is None:
+        return topology.named(config.topology, config.num_nodes, num_neighbours=config.num_neighbours,
+                              redraw_every=config.redraw_every)
+    return topology.as_graph_fn(graph, config.num_nodes)
 
 
 def make_network(
@@ -507,23 +554,27 @@ def make_network(
       ValueError: a graph of the wrong shape, or with self-loops.
     """
     n, b = config.num_nodes, config.batch_size
+    by_name = exchange is None
     exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
     if not isinstance(exchange, exchanges.Exchange):
         raise TypeError(f"exchange must be a jaxcomm.exchange.Exchange, got {type(exchange).__name__}")
-    program = model if isinstance(model, NodeProgram) else classifier_program(
-        config, model, image_shape=image_shape, num_classes=num_classes, exchange=exchange)
+
+    def program_for(tuned: Settings) -> NodeProgram:
+        """The node program with a run's settings (traced inside the step, so one compile serves a sweep)."""
+        if isinstance(model, NodeProgram):
+            return model
+        exchange_ = exchanges.named(config.content, temperature=tuned.temperature) if by_name else exchange
+        return classifier_program(config, model, image_shape=image_shape, num_classes=num_classes,
+                                  exchange=exchange_, tuned=tuned)
+
+    program = program_for(settings(config))
     payload_dim, sends = program.payload_dim, exchange.sends
-    if graph is None:
-        graph_fn, dynamic = topology.named(config.topology, n, num_neighbours=config.num_neighbours,
-                                           redraw_every=config.redraw_every)
-    else:
-        graph_fn, dynamic = topology.as_graph_fn(graph, n)
+    graph_fn, dynamic = graph_of(config, graph)
     family = program.family or speed.family_of(
         program.train, jax.eval_shape(program.init, jax.random.PRNGKey(0)),
         jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8), jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
         jax.ShapeDtypeStruct((b, payload_dim), jnp.float32), jax.ShapeDtypeStruct((), bool), jax.random.PRNGKey(0))
     backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
-    node_step = population.lift(program.train, backend=backend)
     predict = jax.jit(population.lift(program.predict, backend=backend, in_axes=(0, None)))
     failures = failure_process(config) if config.has_failures else None
     augment = augmentation(n) if config.augment else None
@@ -539,13 +590,14 @@ def make_network(
                             jnp.zeros((), jnp.int32), run_key, graph_key, everyone, everyone)
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
+        tuned = data.settings
         key, k_consume, k_broadcast, k_sample, k_nodes = jax.random.split(state.key, 5)
-        want = jax.random.bernoulli(k_consume, config.consume_prob, (n,))
-        broadcast = jax.random.bernoulli(k_broadcast, config.broadcast_prob, (n,))
+        want = jax.random.bernoulli(k_consume, tuned.consume_prob, (n,))
+        broadcast = jax.random.bernoulli(k_broadcast, tuned.broadcast_prob, (n,))
         up, alive, box = state.up, state.alive, state.inbox
         if failures is not None:  # a separate key stream: runs without failures are unchanged
             key, k_fail = jax.random.split(key)
-            up, alive = failures(state.up, state.step, k_fail)
+            up, alive = failures(state.up, state.step, k_fail, tuned)
             want, broadcast = want & alive, broadcast & alive
             if lose_inbox:
                 box = inbox.clear(box, state.alive & ~alive)
@@ -555,13 +607,14 @@ def make_network(
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
         indices = local
         if sends:
-            box, message, got = inbox.pop(box, want & (config.consume_prob > 0))
+            box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0))
             indices = jnp.where(got[:, None], message.indices, local)
             payload, source = message.payload, jnp.where(got, message.sender, -1)
         images = data.images[indices]  # [N, B, H, W, C] uint8
         if augment is not None:  # its own key: runs without augmentation are unchanged
             key, k_augment = jax.random.split(key)
             images = augment(k_augment, images)
+        node_step = population.lift(program_for(tuned).train, backend=backend)
         nodes, (loss, outgoing) = node_step(state.nodes, images, local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
         if failures is not None:  # a failed node keeps its parameters and optimiser state
@@ -584,15 +637,21 @@ def make_network(
                    exchanges.message_bytes(exchange, b, payload_dim), family)
 
 
+def shards_of(labels: np.ndarray, config: NetworkConfig):
+    """The config's partition of the training split over its N nodes (:func:`jaxcomm.data.partition`)."""
+    return partition(labels, config.num_nodes, scheme=config.partition, alpha=config.dirichlet_alpha,
+                     seed=config.seed)
+
+
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
     """Partitions the training split into N shards and puts everything on the device."""
-    shards = partition(dataset.train.labels, config.num_nodes, scheme=config.partition,
-                       alpha=config.dirichlet_alpha, seed=config.seed)
+    shards = shards_of(dataset.train.labels, config)
     return NetworkData(
         images=jnp.asarray(dataset.train.images, jnp.uint8),
         labels=jnp.asarray(dataset.train.labels, jnp.int32),
         shard_indices=jnp.asarray(shards.indices, jnp.int32),
         shard_sizes=jnp.asarray(shards.sizes, jnp.int32),
+        settings=settings(config),
     )
 
 
@@ -668,6 +727,11 @@ def progress_postfix(record: dict) -> dict:
     return shown
 
 
+def summarize_info(info: StepInfo) -> StepInfo:
+    """What a step keeps per step: everything but the sample indices (large, and only the step needs them)."""
+    return info._replace(indices=info.indices[..., :0])
+
+
 def system(network: Network, evaluator: Callable[[Network, NetworkState, int], dict]) -> driver.System:
     """The network as a :class:`jaxcomm.driver.System`: its step, and records of losses, evaluator metrics
     and inbox counters."""
@@ -679,7 +743,7 @@ def system(network: Network, evaluator: Callable[[Network, NetworkState, int], d
                 "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counter_totals(state)}
 
     return driver.System(network.init, network.step, evaluate_, losses=lambda infos: infos.loss,
-                         summarize=lambda info: info._replace(indices=info.indices[:, :0]),
+                         summarize=summarize_info,
                          step_loop=network.step_loop, postfix=progress_postfix)
 
 

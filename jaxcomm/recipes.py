@@ -250,3 +250,40 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
         "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
         "final_loss": final["loss"], "seconds": round(out["train_seconds"], 1),
     }
+
+
+def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+    """One network's :func:`summarize` over seeds: the mean of every number, the spread of the accuracies.
+
+    Args:
+      summaries: :func:`summarize` of the same network trained with each seed (a sweep's runs).
+      seeds: their seeds.
+
+    Returns:
+      The first summary's settings with every number (nested dicts' too) replaced by its mean over seeds,
+      ``node_accuracy_min_max`` over all seeds' nodes; plus ``seeds``, ``per_seed`` (the summaries) and
+      ``avg_accuracy_sd``, ``collective_accuracy_sd`` (sample standard deviations, 0 for one seed).
+    """
+    if len(summaries) != len(seeds) or not summaries:
+        raise ValueError(f"need one summary per seed, got {len(summaries)} summaries and {len(seeds)} seeds")
+
+    def mean(values):
+        first = values[0]
+        if any(v is None for v in values):  # e.g. no collective decision when every node was down
+            return None
+        if isinstance(first, Mapping):
+            return {k: mean([v[k] for v in values]) for k in first}
+        if isinstance(first, bool) or not isinstance(first, int | float) or first is None:
+            return first
+        return float(np.mean(values))
+
+    out = {k: mean([s[k] for s in summaries]) for k in summaries[0]}
+    lows, highs = zip(*(s["node_accuracy_min_max"] for s in summaries), strict=True)
+    out["node_accuracy_min_max"] = [min(lows), max(highs)]
+    for key in ("avg_accuracy", "collective_accuracy"):
+        values = [s[key] for s in summaries]
+        out[f"{key}_sd"] = float(np.std(values, ddof=1)) if len(values) > 1 and None not in values else 0.0
+    for key in ("nodes", "steps", "num_params", "message_bytes"):  # the same for every seed: stay integers
+        if key in summaries[0]:
+            out[key] = summaries[0][key]
+    return out | {"seeds": list(seeds), "per_seed": [dict(s) for s in summaries]}

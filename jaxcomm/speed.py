@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -95,6 +96,28 @@ def model_family(model: Any, example_input: Any) -> str:
     """:func:`family_of` a Flax model's forward pass (``model.init``) on ``example_input`` (an array or
     ``jax.ShapeDtypeStruct``)."""
     return family_of(functools.partial(model.init, jax.random.PRNGKey(0)), example_input)
+
+
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
+
+
+def deterministic() -> None:
+    """Asks XLA for bitwise-repeatable GPU runs; call before the first JAX computation.
+
+    Sets ``--xla_gpu_deterministic_ops=true`` in ``XLA_FLAGS``: no atomics in reductions and scatters,
+    no autotuning between kernels of different numerics. The price is speed on a GPU (reductions and
+    scatter-adds lose their fastest kernels). CPU runs are already repeatable and are unaffected.
+
+    Raises:
+      RuntimeError: JAX's backends are already initialised (the flag would be ignored).
+    """
+    from jax._src import xla_bridge  # noqa: PLC0415  (no public test for an initialised backend)
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError("deterministic() must run before the first JAX computation: XLA reads its flags once")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if DETERMINISTIC_FLAG not in flags.split():
+        os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_FLAG}".strip()
 
 
 def _load_choices() -> dict:

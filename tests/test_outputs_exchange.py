@@ -42,8 +42,15 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
         for key in ("steps_to_target_avg", "steps_to_target_collective"):
             assert row[key] is None or (isinstance(row[key], int) and 0 < row[key] <= row["steps"])
         assert 0 <= row["avg_accuracy"] <= 100 and np.isfinite(row["bytes_sent_per_node_step"])
+        # Every row ran as one sweep of the preset's two seeds: the mean and spread of their own runs.
+        assert row["seeds"] == [0, 1] and len(row["per_seed"]) == 2
+        per_seed = [p["avg_accuracy"] for p in row["per_seed"]]
+        assert row["avg_accuracy"] == pytest.approx(np.mean(per_seed))
+        assert row["avg_accuracy_sd"] == pytest.approx(np.std(per_seed, ddof=1))
+        assert row["steps_to_target_avg"] in [p["steps_to_target_avg"] for p in row["per_seed"]]
     curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines()]
-    assert [c["run"] for c in curves if c["kind"] == "row"] == list(oe.ROWS)
+    rows = [(c["run"], c["seed"]) for c in curves if c["kind"] == "row"]
+    assert rows == [(name, seed) for name in oe.ROWS for seed in (0, 1)]
     assert {s["study"] for s in summary["studies"]} == set(oe.STUDIES) and summary["skipped_studies"] == []
     for path in ("table.md", "rows.png", "studies.png"):
         assert (out / path).is_file(), path
@@ -260,15 +267,19 @@ def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
     assert issubclass(oe.OutputsExchangeConfig, recipes.Chapter2Recipe)
     assert own == {"eval_every", "target", "rows", "studies", "study_points", "study_widths", "study_steps",
                    "study_eval_every", "study_node_counts", "study_neighbours", "study_consume",
-                   "study_broadcast_factors", "study_temperatures", "time_budget_s"}
+                   "study_broadcast_factors", "study_temperatures", "time_budget_s", "num_seeds"}
     for name, preset in oe.PRESETS.items():
         config = preset()
         assert {f: getattr(config, f) for f in recipe_fields} == dataclasses.asdict(recipes.PRESETS[name]()), name
     changed = harness_cli.apply_overrides(oe.cpu_config(), ["learning_rate=0.001", "study_steps=10"])
     assert (changed.learning_rate, changed.study_steps) == (0.001, 10)
-    # The summary's config keys are the committed run's, and the cpu preset is the committed run's config.
+    # The cpu preset is the committed run's config but for what came with sweeps: the committed run predates
+    # seeds (one seed, no num_seeds field); the preset now runs 3 seeds per cell, with the study budget to match.
     committed = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())["config"]
-    assert json.loads(json.dumps(dataclasses.asdict(oe.cpu_config()))) == committed
+    preset = json.loads(json.dumps(dataclasses.asdict(oe.cpu_config())))
+    assert (preset.pop("num_seeds"), committed.get("num_seeds", 1)) == (3, 1)
+    assert (preset.pop("time_budget_s"), committed.pop("time_budget_s")) == (7200.0, 3240.0)
+    assert preset == committed
 
 
 def test_networks_built_from_the_committed_config_have_the_committed_settings():

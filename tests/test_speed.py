@@ -190,3 +190,28 @@ def test_auto_picks_the_measured_best_backend_of_every_benchmark_row():
         chosen = speed.choose(FAMILY[row["workload"]], row["num_nodes"], batch_size=row["batch_size"],
                               platform="cpu")
         assert chosen == (row["best_backend"], row["best_step_loop"]), name
+
+
+def test_the_benchmark_exits_non_zero_when_a_row_fails(tmp_path):
+    """A row that times out is marked failed in the table, and the script says so by its exit status."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--only", "student_n1",
+                           "--timeout", "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED rows: student_n1" in proc.stderr
+    assert "| student_n1 | failed |" in (tmp_path / "table.md").read_text()
+
+
+def test_deterministic_sets_the_xla_flag_in_a_fresh_process_and_refuses_after_the_first_computation():
+    import subprocess
+    import sys
+
+    code = ("import os; from jaxcomm import speed; speed.deterministic(); speed.deterministic(); "
+            "print(os.environ['XLA_FLAGS'].split().count(speed.DETERMINISTIC_FLAG)); "
+            "import jax.numpy as jnp; jnp.ones(2).sum().block_until_ready()\n"
+            "try:\n    speed.deterministic()\nexcept RuntimeError as e:\n    print('refused')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"})
+    assert proc.stdout.split() == ["1", "refused"], proc.stderr

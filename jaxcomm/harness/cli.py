@@ -232,6 +232,8 @@ def main(
                         help="folder holding the datasets (sets $JAXCOMM_DATA_DIR for this run)")
     parser.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="bitwise-repeatable GPU kernels (slower on a GPU; CPU runs already are)")
     resumable = "checkpoints" in inspect.signature(run).parameters
     if resumable:
         parser.add_argument("--resume", action="store_true",
@@ -247,6 +249,13 @@ def main(
     fail = lambda message: print(f"{experiment}: error: {message}", file=sys.stderr) or 2
 
     try:
+        if args.deterministic:
+            from jaxcomm import speed  # noqa: PLC0415
+
+            try:
+                speed.deterministic()
+            except RuntimeError as error:
+                raise _Refused(str(error)) from None
         if args.data_dir is not None:
             from jaxcomm.data import DATA_DIR_ENV  # noqa: PLC0415
 

@@ -1,0 +1,273 @@
+"""Sweeps: R network runs of one structure trained together, returned as R results.
+
+A table's rows times its seeds are runs of the same shape: same number of nodes,
+model, exchange, batch size, inbox and schedule. :func:`train_networks` trains
+them with ONE compiled step. What may differ from run to run is data to that
+step: the seed (shards, initialisation, every draw), the :class:`jaxcomm.network.Settings`
+(p_c, p_b, q, D, tau, consumed weight, learning rate), the partition and a
+static graph (a per-run adjacency, or a named static topology). Every other field
+of :class:`jaxcomm.network.NetworkConfig` is structure, and a sweep whose runs
+disagree on one is refused with an error naming the field.
+
+Two ways to run a sweep, each equal to the runs alone (tested):
+
+* ``"population"``: the R runs as one population of R x N nodes, the network
+  step vmapped over runs (per-run settings and shards as ``[R]``-leading arrays,
+  each run's graph its own block). One program fills an accelerator that one
+  10-node network leaves 97-99 % idle, and on CPU pays compilation, dispatch and
+  evaluation set-up once.
+* ``"sequential"``: run after run through :func:`jaxcomm.driver.train`, sharing
+  one compiled step (settings and shards are arguments, not constants). For
+  convolutional nodes on CPU, where the node backend is an unrolled loop and
+  vmapping convolutions turns them into slow grouped convolutions.
+
+``mode="auto"`` follows the node backend :func:`jaxcomm.speed.choose` picked for
+the model: "sequential" under the "unrolled"/"loop" backends (CPU convolutions),
+else "population".
+
+References:
+  Lacaille (2018), §2.3 (Table 2.1: six rows, here times seeds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcomm import driver, network, population, topology
+from jaxcomm import exchange as exchanges
+from jaxcomm.checkpoint import Checkpointer
+from jaxcomm.data import ImageDataset
+from jaxcomm.network import NetworkConfig, NetworkData, NodeProgram
+
+MODES = ("auto", "population", "sequential")
+# Fields runs may vary: data of the one compiled step (see the module docstring).
+PER_RUN = ("seed", "partition", "dirichlet_alpha", *network.Settings._fields)
+# Graph fields, which may vary only while every run's graph is static (its adjacency then lives in the state).
+GRAPH_FIELDS = ("topology", "num_neighbours", "redraw_every")
+SEQUENTIAL_BACKENDS = ("unrolled", "loop")
+
+Graph = np.ndarray | jax.Array | topology.GraphFn | None
+
+
+def check_structure(configs: Sequence[NetworkConfig], graphs: Sequence[Graph] | None = None) -> None:
+    """Raises ValueError naming the first field on which the runs' structures disagree.
+
+    Args:
+      configs: the R runs.
+      graphs: each run's graph argument (None: its config's named topology).
+    """
+    if not configs:
+        raise ValueError("a sweep needs at least one network configuration")
+    for r, config in enumerate(configs):
+        if not isinstance(config, NetworkConfig):
+            raise TypeError(f"configs[{r}] must be a jaxcomm.network.NetworkConfig, got {type(config).__name__}")
+    graphs = list(graphs) if graphs is not None else [None] * len(configs)
+    dynamic = [network.graph_of(c, g)[1] for c, g in zip(configs, graphs, strict=True)]
+    free = set(PER_RUN) | (set(GRAPH_FIELDS) if not any(dynamic) else set())
+    first = configs[0]
+    for r, config in enumerate(configs[1:], start=1):
+        for field in dataclasses.fields(NetworkConfig):
+            a, b = getattr(first, field.name), getattr(config, field.name)
+            if field.name not in free and a != b:
+                raise ValueError(f"runs of a sweep must share {field.name} (structure of the one compiled step): "
+                                 f"run 0 has {a!r}, run {r} has {b!r}")
+        if config.has_failures != first.has_failures:
+            raise ValueError(f"runs of a sweep must all have failures or none (failure_prob > 0 or a "
+                             f"failure_schedule draws a separate key stream): run 0 has failure_prob="
+                             f"{first.failure_prob!r}, run {r} has failure_prob={config.failure_prob!r}")
+        if any(dynamic) and graphs[r] is not graphs[0]:
+            raise ValueError(f"runs of a sweep with a time-varying graph must share its function: graph of run {r} "
+                             "differs from run 0's")
+
+
+def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
+    if isinstance(graph, (list, tuple)):
+        if len(graph) != num_runs:
+            raise ValueError(f"graph: a sequence needs one entry per run ({num_runs}), got {len(graph)}")
+        return list(graph)
+    return [graph] * num_runs
+
+
+def choose_mode(backend: str, mode: str = "auto") -> str:
+    """"population" or "sequential" for the node ``backend`` (see the module docstring)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    return "sequential" if backend in SEQUENTIAL_BACKENDS else "population"
+
+
+def run_slice(tree, r: int):
+    """Run ``r``'s slice of a sweep's stacked pytree (drops the run axis)."""
+    return jax.tree_util.tree_map(lambda leaf: leaf[r], tree)
+
+
+def _initial_state(net: network.Network, config: NetworkConfig, graph: Graph) -> network.NetworkState:
+    """Run ``config``'s initial state, as its own :func:`jaxcomm.network.make_network` would make it."""
+    state = net.init(jax.random.PRNGKey(config.seed))
+    graph_fn, _ = network.graph_of(config, graph)
+    return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
+
+
+def _run_data(base: NetworkData, labels: np.ndarray, configs: Sequence[NetworkConfig]) -> NetworkData:
+    """The sweep's data: shared images and labels; ``[R, ...]`` shards (padded to one width) and settings."""
+    shards = [network.shards_of(labels, c) for c in configs]
+    width = max(s.indices.shape[1] for s in shards)
+    # Padding repeats a real index of the node; positions drawn stay below each node's size, as alone.
+    indices = np.stack([np.pad(s.indices, ((0, 0), (0, width - s.indices.shape[1])), mode="edge") for s in shards])
+    sizes = np.stack([s.sizes for s in shards])
+    settings = jax.tree_util.tree_map(lambda *v: np.stack(v), *(network.settings(c) for c in configs))
+    return base._replace(shard_indices=jnp.asarray(indices, jnp.int32), shard_sizes=jnp.asarray(sizes, jnp.int32),
+                         settings=settings)
+
+
+def _infos_of_run(infos, r: int):
+    """Run ``r``'s slice of a chunk's infos (leaves ``[L, R, ...]``)."""
+    return jax.tree_util.tree_map(lambda x: x[:, r], infos)
+
+
+def _data_of_run(data: NetworkData, r: int) -> NetworkData:
+    return data._replace(shard_indices=data.shard_indices[r], shard_sizes=data.shard_sizes[r],
+                         settings=run_slice(data.settings, r))
+
+
+@functools.lru_cache(maxsize=32)  # one per network step: the driver's compiled chunks are reused
+def population_step(step: Callable) -> Callable:
+    """``step(states, data) -> (states, infos)`` of R runs, the network ``step`` vmapped over the run axis.
+
+    ``data``'s images and labels are shared; its shards and settings lead with ``[R]``.
+    """
+
+    def run_step(state, images, labels, shard_indices, shard_sizes, settings):
+        return step(state, NetworkData(images, labels, shard_indices, shard_sizes, settings))
+
+    lifted = jax.vmap(run_step, in_axes=(0, None, None, 0, 0, 0))
+
+    def sweep_step(states, data: NetworkData):
+        return lifted(states, *data)
+
+    return sweep_step
+
+
+def train_networks(
+    configs: Sequence[NetworkConfig],
+    model: nn.Module | NodeProgram,
+    dataset: ImageDataset,
+    *,
+    graph: Graph | Sequence[Graph] = None,
+    exchange: exchanges.Exchange | None = None,
+    eval_split: str = "test",
+    progress: bool = True,
+    desc: str | None = None,
+    checkpointer: Checkpointer | None = None,
+    evaluator: Callable | None = None,
+    divergence: float | None = 100.0,
+    mode: str = "auto",
+) -> list[dict]:
+    """Trains R network runs of one structure as one sweep; each result equals :func:`jaxcomm.network.train_network`'s.
+
+    Args:
+      configs: the R runs; they may differ in :data:`PER_RUN` fields and, with
+        static graphs, in :data:`GRAPH_FIELDS` (else ValueError naming the field).
+      model: a Flax classifier or a :class:`jaxcomm.network.NodeProgram` (shared).
+      dataset: images and labels; each run shards the training split by its seed.
+      graph: None (each config's topology), one graph for every run, or a
+        sequence of R graphs (bool ``[N, N]`` arrays or None; see
+        :func:`jaxcomm.network.make_network`).
+      exchange: what messages carry (shared); None: the configs' content.
+      eval_split: "test" or "validation", for the default evaluator.
+      progress: draw a progress bar.
+      desc: its label.
+      checkpointer: saves and resumes the sweep, bit-identically ("sequential":
+        one sub-folder per run).
+      evaluator: ``evaluator(network, state, steps_done) -> dict`` of one run
+        (its own config in ``network.config``); default accuracies on ``eval_split``.
+      divergence: as :func:`jaxcomm.network.train_network` (the bound is taken
+        from the mean first-step loss over all runs of a "population" sweep).
+      mode: one of :data:`MODES`.
+
+    Returns:
+      R dicts as :func:`jaxcomm.network.train_network` returns, in the order of
+      ``configs``, each with ``sweep`` = ``{"runs": R, "mode": ...}``;
+      ``train_seconds`` is the whole sweep's time in training chunks.
+
+    Raises:
+      ValueError: the runs disagree on a structural field (named).
+      jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a loss left its bounds
+        (the note names the run and node).
+      jaxcomm.driver.Interrupted: a checkpointed sweep was interrupted (after saving).
+    """
+    configs = list(configs)
+    graphs = _per_run_graphs(graph, len(configs))
+    check_structure(configs, graphs)
+    first = configs[0]
+    net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
+                               num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange)
+    nets = [dataclasses.replace(net, config=c) for c in configs]
+    evaluator = evaluator or network.accuracy_evaluator(getattr(dataset, eval_split))
+    base = network.network_data(dataset, first)
+    data = _run_data(base, dataset.train.labels, configs)
+    states = [_initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
+    mode = choose_mode(net.backend, mode)
+    info = {"runs": len(configs), "mode": mode}
+    if mode == "sequential":
+        return [_run_alone(nets[r], evaluator, states[r], _data_of_run(data, r), r, progress=progress, desc=desc,
+                           checkpointer=checkpointer, divergence=divergence) | {"sweep": info}
+                for r in range(len(configs))]
+
+    systems = [network.system(n, evaluator) for n in nets]
+
+    def evaluate(stacked, infos, steps_done: int) -> dict:
+        return {"runs": [s.evaluate(run_slice(stacked, r), _infos_of_run(infos, r), steps_done)
+                         for r, s in enumerate(systems)]}
+
+    def postfix(record: dict) -> dict:
+        averages = [r["avg_accuracy"] for r in record["runs"] if r.get("avg_accuracy") is not None]
+        return {"avg": f"{np.mean(averages):.1f}"} if averages else {}
+
+    stacked = population.stack(states)
+    system = driver.System(lambda key: stacked, population_step(net.step), evaluate,
+                           losses=lambda infos: infos.loss.reshape(infos.loss.shape[0], -1),
+                           summarize=network.summarize_info, step_loop=net.step_loop, postfix=postfix)
+    try:
+        result = driver.train(system, data, num_steps=first.num_steps, eval_every=first.eval_every,
+                              key=jax.random.PRNGKey(first.seed), progress=progress,
+                              desc=desc or f"sweep of {len(configs)}", checkpointer=checkpointer,
+                              divergence=divergence)
+    except driver.LossStop as stop:
+        if stop.node is not None:
+            stop.add_note(f"in the sweep: run {stop.node // first.num_nodes}, node {stop.node % first.num_nodes}")
+        raise
+    return [_split(result, r, nets[r]) | {"sweep": info} for r in range(len(configs))]
+
+
+def _split(result: dict, r: int, net: network.Network) -> dict:
+    history = [{"step": rec["step"], **rec["runs"][r], "seconds": rec["seconds"]} for rec in result["history"]]
+    unreachable = sum(record.get("reachable") == 0 for record in history)
+    return {**result, "history": history, "final": history[-1] if history else None,
+            "state": run_slice(result["state"], r), "network": net, "unreachable_evaluations": unreachable}
+
+
+def _run_alone(net: network.Network, evaluator, state, data: NetworkData, r: int, *, progress: bool,
+               desc: str | None, checkpointer: Checkpointer | None, divergence: float | None) -> dict:
+    system = network.system(net, evaluator)._replace(init=lambda key: state)
+    if checkpointer is not None:
+        checkpointer = Checkpointer(checkpointer.directory / f"run_{r}", every=checkpointer.every,
+                                    resume=checkpointer.resume)
+    try:
+        result = driver.train(system, data, num_steps=net.config.num_steps, eval_every=net.config.eval_every,
+                              key=jax.random.PRNGKey(net.config.seed), progress=progress,
+                              desc=f"{desc or 'sweep'} run {r + 1}", checkpointer=checkpointer,
+                              divergence=divergence)
+    except driver.LossStop as stop:
+        stop.add_note(f"in the sweep: run {r}")
+        raise
+    unreachable = sum(record.get("reachable") == 0 for record in result["history"])
+    return result | {"network": net, "unreachable_evaluations": unreachable}
