@@ -368,10 +368,10 @@ def _mean_curve(curves: list[dict]) -> dict:
     """One run's curves over its seeds: the mean of every accuracy (one seed: the curve itself)."""
     if len(curves) == 1:
         return curves[0]
-    mean = lambda key: np.mean([c[key] for c in curves], axis=0).tolist()  # noqa: E731
+    mean = lambda read: np.mean([read(c) for c in curves], axis=0).tolist()  # noqa: E731
     return {**curves[0], "run": f"{curves[0]['run']} (mean of {len(curves)} seeds)",
-            "avg_accuracy": mean("avg_accuracy"),
-            "collective_accuracy": {w: np.mean([c["collective_accuracy"][w] for c in curves], axis=0).tolist()
+            "avg_accuracy": mean(lambda c: c["avg_accuracy"]),
+            "collective_accuracy": {w: mean(lambda c, w=w: c["collective_accuracy"][w])
                                     for w in curves[0]["collective_accuracy"]}}
 
 
@@ -432,6 +432,7 @@ def _steps_per_seed(row: dict, key: str, horizon: int) -> str:
 
 def table_markdown(summary: dict) -> str:
     rows, config = summary["rows"], summary["config"]
+    row_seeds = seeds_of(list(rows.values()))
     note = f" ({summary['note']})" if summary.get("note") else ""
     lines = [
         "# Chapter 2: nodes exchanging outputs (Tables 2.1 and 2.2)", "",
@@ -449,7 +450,7 @@ def table_markdown(summary: dict) -> str:
         lines += ["Scale-downs of the cpu preset:", ""] + [f"- {s}" for s in summary["scale_downs"]] + [""]
     lines += [
         f"## Table 2.1: accuracy (%) at the final step (thesis: 5,000 steps; here {config['num_steps']:,}"
-        + (f"; mean ± sd over seeds {seeds_of(list(rows.values()))}" if seeds_of(list(rows.values())) else "")
+        + (f"; mean ± sd over seeds {row_seeds}" if row_seeds else "")
         + ")", "",
         "| row | thesis avg | thesis coll. | measured avg | measured coll. (negentropy) | gain coll. - avg |",
         "|---|---|---|---|---|---|",
@@ -463,7 +464,7 @@ def table_markdown(summary: dict) -> str:
     horizon = config["num_steps"]
     lines += ["", f"## Table 2.2: steps to the target (thesis: 85%; here {config['target']}%, "
               f"evaluated every {config['eval_every']} steps, '> {horizon:,}' = not reached"
-              + ("; each seed's, separated by /" if seeds_of(list(rows.values())) else "") + ")", "",
+              + ("; each seed's, separated by /" if row_seeds else "") + ")", "",
               "| row | thesis avg | thesis coll. | measured avg | measured coll. |", "|---|---|---|---|---|"]
     for name, row in rows.items():
         t = THESIS_TABLE[name]
@@ -493,7 +494,7 @@ def table_markdown(summary: dict) -> str:
     if studies:
         lines += ["", f"## Configuration studies (§2.3.1): {config['study_steps']:,} steps each, channels "
                   f"{tuple(config['study_widths'])}, "
-                  + (f"seeds {seeds_of(studies)} (mean ± sd)" if seeds_of(studies) else "one seed"), "",
+                  + (f"seeds {study_seeds} (mean ± sd)" if (study_seeds := seeds_of(studies)) else "one seed"), "",
                   "| study | point | N | content | topology, p | p_c | p_b | tau | avg | coll. (negentropy) | "
                   "coll. (entropy) | bytes / node / step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in studies:

@@ -563,9 +563,9 @@ def make_network(
         """The node program with a run's settings (traced inside the step, so one compile serves a sweep)."""
         if isinstance(model, NodeProgram):
             return model
-        exchange_ = exchanges.named(config.content, temperature=tuned.temperature) if by_name else exchange
+        # By name, classifier_program builds the config's content at the run's (traced) temperature.
         return classifier_program(config, model, image_shape=image_shape, num_classes=num_classes,
-                                  exchange=exchange_, tuned=tuned)
+                                  exchange=None if by_name else exchange, tuned=tuned)
 
     program = program_for(settings(config))
     payload_dim, sends = program.payload_dim, exchange.sends
@@ -799,5 +799,9 @@ def train_network(
     result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
                           eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
                           desc=desc, checkpointer=checkpointer, divergence=divergence)
-    unreachable = sum(record.get("reachable") == 0 for record in result["history"])
-    return result | {"network": network, "unreachable_evaluations": unreachable}
+    return result | {"network": network, "unreachable_evaluations": unreachable_evaluations(result["history"])}
+
+
+def unreachable_evaluations(history: list[dict]) -> int:
+    """Evaluations of ``history`` at which every node was down (no collective decision)."""
+    return sum(record.get("reachable") == 0 for record in history)

@@ -37,7 +37,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from jaxcomm import bandwidth, data, inbox, network, population
+from jaxcomm import bandwidth, data, inbox, network, population, stats
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import NORMS, StridedCNN
 from jaxcomm.validation import integer, one_of, positive, probability, require, widths
@@ -273,7 +273,7 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
             return None
         if isinstance(first, Mapping):
             return {k: mean([v[k] for v in values]) for k in first}
-        if isinstance(first, bool) or not isinstance(first, int | float) or first is None:
+        if isinstance(first, bool) or not isinstance(first, int | float):
             return first
         return float(np.mean(values))
 
@@ -282,7 +282,7 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
     out["node_accuracy_min_max"] = [min(lows), max(highs)]
     for key in ("avg_accuracy", "collective_accuracy"):
         values = [s[key] for s in summaries]
-        out[f"{key}_sd"] = float(np.std(values, ddof=1)) if len(values) > 1 and None not in values else 0.0
+        out[f"{key}_sd"] = stats.mean_sd(values)[1] if None not in values else 0.0
     for key in ("nodes", "steps", "num_params", "message_bytes"):  # the same for every seed: stay integers
         if key in summaries[0]:
             out[key] = summaries[0][key]

@@ -104,11 +104,6 @@ def choose_mode(backend: str, mode: str = "auto") -> str:
     return "sequential" if backend in SEQUENTIAL_BACKENDS else "population"
 
 
-def run_slice(tree, r: int):
-    """Run ``r``'s slice of a sweep's stacked pytree (drops the run axis)."""
-    return jax.tree_util.tree_map(lambda leaf: leaf[r], tree)
-
-
 def _initial_state(net: network.Network, config: NetworkConfig, graph: Graph) -> network.NetworkState:
     """Run ``config``'s initial state, as its own :func:`jaxcomm.network.make_network` would make it."""
     state = net.init(jax.random.PRNGKey(config.seed))
@@ -123,19 +118,19 @@ def _run_data(base: NetworkData, labels: np.ndarray, configs: Sequence[NetworkCo
     # Padding repeats a real index of the node; positions drawn stay below each node's size, as alone.
     indices = np.stack([np.pad(s.indices, ((0, 0), (0, width - s.indices.shape[1])), mode="edge") for s in shards])
     sizes = np.stack([s.sizes for s in shards])
-    settings = jax.tree_util.tree_map(lambda *v: np.stack(v), *(network.settings(c) for c in configs))
+    settings = population.stack([network.settings(c) for c in configs])
     return base._replace(shard_indices=jnp.asarray(indices, jnp.int32), shard_sizes=jnp.asarray(sizes, jnp.int32),
                          settings=settings)
 
 
 def _infos_of_run(infos, r: int):
-    """Run ``r``'s slice of a chunk's infos (leaves ``[L, R, ...]``)."""
+    """Run ``r``'s slice of a chunk's infos (leaves ``[L, R, ...]``; :func:`jaxcomm.population.node` of a state)."""
     return jax.tree_util.tree_map(lambda x: x[:, r], infos)
 
 
 def _data_of_run(data: NetworkData, r: int) -> NetworkData:
     return data._replace(shard_indices=data.shard_indices[r], shard_sizes=data.shard_sizes[r],
-                         settings=run_slice(data.settings, r))
+                         settings=population.node(data.settings, r))
 
 
 @functools.lru_cache(maxsize=32)  # one per network step: the driver's compiled chunks are reused
@@ -225,7 +220,7 @@ def train_networks(
     systems = [network.system(n, evaluator) for n in nets]
 
     def evaluate(stacked, infos, steps_done: int) -> dict:
-        return {"runs": [s.evaluate(run_slice(stacked, r), _infos_of_run(infos, r), steps_done)
+        return {"runs": [s.evaluate(population.node(stacked, r), _infos_of_run(infos, r), steps_done)
                          for r, s in enumerate(systems)]}
 
     def postfix(record: dict) -> dict:
@@ -250,9 +245,9 @@ def train_networks(
 
 def _split(result: dict, r: int, net: network.Network) -> dict:
     history = [{"step": rec["step"], **rec["runs"][r], "seconds": rec["seconds"]} for rec in result["history"]]
-    unreachable = sum(record.get("reachable") == 0 for record in history)
     return {**result, "history": history, "final": history[-1] if history else None,
-            "state": run_slice(result["state"], r), "network": net, "unreachable_evaluations": unreachable}
+            "state": population.node(result["state"], r), "network": net,
+            "unreachable_evaluations": network.unreachable_evaluations(history)}
 
 
 def _run_alone(net: network.Network, evaluator, state, data: NetworkData, r: int, *, progress: bool,
@@ -269,5 +264,4 @@ def _run_alone(net: network.Network, evaluator, state, data: NetworkData, r: int
     except driver.LossStop as stop:
         stop.add_note(f"in the sweep: run {r}")
         raise
-    unreachable = sum(record.get("reachable") == 0 for record in result["history"])
-    return result | {"network": net, "unreachable_evaluations": unreachable}
+    return result | {"network": net, "unreachable_evaluations": network.unreachable_evaluations(result["history"])}
