@@ -144,7 +144,7 @@ def measure_row(row: Row) -> dict:
     """All measurements of one row, in this process."""
     import jax
 
-    from jaxcomm import driver, network
+    from jaxcomm import driver, flops, network
 
     model, dataset = model_and_data(row.workload)
     base = network.NetworkConfig(num_nodes=row.num_nodes, content="none", batch_size=row.batch_size,
@@ -174,7 +174,7 @@ def measure_row(row: Row) -> dict:
     one_step = jax.jit(one.step)
     one_state = one.init(jax.random.PRNGKey(0))
     one_data = network.network_data(dataset, base.replace(num_nodes=1, num_neighbours=0))
-    flops = _flops(one_step, one_state, one_data)
+    xla_flops = _xla_flops(one_step, one_state, one_data)
     if row.baseline:
         states = [one_state] * row.num_nodes
         states[0] = jax.block_until_ready(one_step(states[0], one_data))[0]  # compile
@@ -191,7 +191,10 @@ def measure_row(row: Row) -> dict:
     result["best_backend"], result["best_step_loop"] = best, best_loop
     result["best_node_steps_per_s"] = speeds[best, best_loop]
     result["images_per_s"] = per_backend[best] * row.batch_size
-    result["flops_per_node_step"] = flops
+    # counted from the jaxpr (the same on every device; XLA's count misses a GPU's library convolutions)
+    result["flops_per_node_step"] = flops.count(one.step, one_state, one_data)
+    result["xla_flops_per_node_step"] = xla_flops
+    result["flops_counted"] = "jaxpr"
     result["state_mb_per_node"] = state_bytes / row.num_nodes / 2**20
 
     # The inbox: the same network exchanging true labels over a ring, best backend.
@@ -287,7 +290,7 @@ def _inbox_share(state, row: Row, steps_per_s: float) -> float:
     return steps_per_s / exchanges_per_s
 
 
-def _flops(step, state, data) -> float | None:
+def _xla_flops(step, state, data) -> float | None:
     try:
         cost = step.lower(state, data).compile().cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
@@ -351,16 +354,25 @@ def format_table(summary: dict) -> str:
     sweeps = summary.get("sweeps") or {}
     if sweeps:
         lines += _sweeps_table(sweeps)
+    if summary.get("sweeps_run"):  # the sweeps of another run, merged into this summary by --merge-sweeps
+        other = summary["sweeps_run"]
+        lines += ["", f"The sweeps were measured in a separate run, `{other['command']}` (commit "
+                  f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, float32 matmul "
+                  f"{other['matmul_gflops']:.1f} GFLOP/s that day); its own table: `{other['out_dir']}/table.md`."]
     return "\n".join(lines)
 
 
 def _rows_table(rows: dict) -> list[str]:
+    # runs before jaxcomm.flops took XLA's cost analysis of a node-step
+    counted = ("FLOPs of a node-step's matrix products and convolutions (counted from its jaxpr, "
+               "jaxcomm.flops)" if any(r.get("flops_counted") == "jaxpr" for r in rows.values())
+               else "XLA FLOPs of a node-step")
     lines = [
         "",
         "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
         "each backend's better step loop, `lax.scan` over steps or one jitted call per step); `loop` is the "
         "thesis' way (each node-step a separate call, nodes one after another). `x loop` = best / loop. "
-        "`% peak` = XLA FLOPs of a node-step x best rate / matmul rate. `inbox share` = the inbox's pop + push "
+        f"`% peak` = {counted} x best rate / matmul rate. `inbox share` = the inbox's pop + push "
         "alone over a whole step (true labels over a ring); `with inbox` = the drop in node-steps/s when the "
         "nodes exchange true labels (consumed minibatches included).",
         "",
@@ -404,6 +416,19 @@ def _sweeps_table(sweeps: dict) -> list[str]:
     return lines
 
 
+def merge_sweeps(sweeps_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """Puts the sweeps of the run in ``sweeps_dir`` into the summary in ``into_dir`` under ``"sweeps"``, with
+    ``"sweeps_run"`` naming where they were measured, and redraws its table."""
+    sweeps = json.loads((pathlib.Path(sweeps_dir) / "summary.json").read_text())
+    path = pathlib.Path(into_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["sweeps"] = sweeps["sweeps"]
+    summary["sweeps_run"] = {key: sweeps[key] for key in ("command", "git_commit", "wall_seconds", "matmul_gflops",
+                                                          "device")} | {"out_dir": str(sweeps_dir)}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_report(into_dir)
+
+
 def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
     """Writes table.md from the summary.json in ``out_dir`` (the benchmark draws no plots)."""
     summary = json.loads((pathlib.Path(out_dir) / "summary.json").read_text())
@@ -423,6 +448,9 @@ def main(argv=None) -> int:
                         help="also write the measured-best backends to jaxcomm/assets/backends.json")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the sweep rows")
+    parser.add_argument("--merge-sweeps", nargs=2, metavar=("SWEEPS_DIR", "INTO_DIR"), default=None,
+                        help="copy the sweeps of the run in SWEEPS_DIR into the summary in INTO_DIR (named as "
+                             "measured apart) and redraw its table; nothing runs")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--measure-sweep", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -432,6 +460,9 @@ def main(argv=None) -> int:
         return 0
     if args.measure_sweep:
         print(json.dumps(measure_sweep(SweepRow(**json.loads(args.measure_sweep[0])), args.measure_sweep[1])))
+        return 0
+    if args.merge_sweeps:
+        merge_sweeps(*args.merge_sweeps)
         return 0
     from jaxcomm import speed
     from jaxcomm.harness import cli as harness_cli
@@ -479,4 +510,7 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # The parent's JAX would take 75 % of a GPU's memory before any row's process starts: allocate on demand.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # The sweep arms build networks with backend="auto": timing the candidates in the first arm and reading the
+    # cache in the second would be unfair; the rows time every pair themselves.
+    os.environ.setdefault("JAXCOMM_AUTOTUNE", "0")
     sys.exit(main())

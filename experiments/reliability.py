@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import data, inbox, network
+from jaxcomm import data, inbox, network, sweep
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.driver import Interrupted
 from jaxcomm.harness import cli as harness_cli
@@ -61,7 +61,7 @@ class ReliabilityConfig:
       consume_prob: p_c (thesis 0.5); nodes broadcast with p_c / (N - 1).
       num_steps: training steps of each network.
       eval_every: steps between test evaluations.
-      seeds: seeds per (N, f).
+      seeds: seeds per (N, f), trained as one sweep (:func:`jaxcomm.sweep.train_networks`).
       resume_steps: steps of the resume check's small MNIST network.
       seed: the first seed.
     """
@@ -292,10 +292,12 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
                                "collective_accuracy_by_weighting": {}, "seconds": {}}
         for n in config.node_counts:
             finals = []
-            for seed in range(config.seed, config.seed + config.seeds):
-                name = f"n{n}_f{round(100 * fraction)}_s{seed}"
-                out = network.train_network(config.network(n, fraction, seed), model, dataset, progress=progress,
-                                            desc=name, checkpointer=checkpoints.run(name) if checkpoints else None)
+            seeds = range(config.seed, config.seed + config.seeds)
+            name = f"n{n}_f{round(100 * fraction)}"
+            outs = sweep.train_networks([config.network(n, fraction, seed) for seed in seeds], model, dataset,
+                                        progress=progress, desc=name,
+                                        checkpointer=checkpoints.run(name) if checkpoints else None)
+            for seed, out in zip(seeds, outs, strict=True):
                 finals.append(out["final"])
                 alive = float(np.mean([h["alive_fraction"] for h in out["history"]]))
                 curves.append({"nodes": n, "failure_fraction": fraction, "seed": seed, "alive_fraction": alive,
@@ -312,7 +314,9 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
                 w: float(np.mean([f["collective_accuracy"][w] for f in finals]))
                 for w in finals[0]["collective_accuracy"]}
             row["alive_fraction"][key] = float(np.mean([c["alive_fraction"] for c in curves[-config.seeds:]]))
-            row["seconds"][key] = float(np.sum([c["seconds"] for c in curves[-config.seeds:]]))
+            # a population sweep's runs share one clock; a sequential sweep's run one after another
+            seconds = [out["history"][-1]["seconds"] for out in outs]
+            row["seconds"][key] = float(max(seconds) if outs[0]["sweep"]["mode"] == "population" else sum(seconds))
         rows[f"failure_{round(100 * fraction)}"] = row
     return {"rows": rows, "curves": curves, "dataset": dataset.name,
             "note": data.LOSSY_CIFAR10_NOTE

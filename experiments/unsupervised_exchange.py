@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxcomm import bandwidth, data, network, population, unsupervised
+from jaxcomm import bandwidth, data, network, population, recipes, sweep, unsupervised
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
@@ -91,6 +91,8 @@ class UnsupervisedExchangeConfig(unsupervised.UnsupervisedConfig):
       objective_batch: validation images of the fixed batch the local objective is measured on.
       num_pictures: test images reconstructed, and samples drawn, by node 0 of every row at the end.
       rows: which rows of :data:`ROWS` to run.
+      num_seeds: every row runs with seeds ``seed, seed + 1, ...`` as one sweep
+        (:func:`jaxcomm.sweep.train_networks`); the table gives the mean and standard deviation.
     """
 
     dataset: str = "cifar10"
@@ -101,9 +103,11 @@ class UnsupervisedExchangeConfig(unsupervised.UnsupervisedConfig):
     objective_batch: int = 256
     num_pictures: int = 8
     rows: tuple[str, ...] = tuple(ROWS)
+    num_seeds: int = 3
 
     def __post_init__(self):
         super().__post_init__()
+        integer("num_seeds", self.num_seeds, low=1)
         one_of("dataset", self.dataset, DATASETS)
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
         integer("validation_size", self.validation_size, low=1)
@@ -124,7 +128,7 @@ class UnsupervisedExchangeConfig(unsupervised.UnsupervisedConfig):
 
 
 def cpu_config() -> UnsupervisedExchangeConfig:
-    """About 35 minutes alone on 2 CPU cores for the six rows (see :data:`CPU_SCALE_DOWNS`)."""
+    """About 35 minutes per seed alone on 2 CPU cores for the six rows, 3 seeds (see :data:`CPU_SCALE_DOWNS`)."""
     return UnsupervisedExchangeConfig()
 
 
@@ -137,7 +141,8 @@ CPU_SCALE_DOWNS = (
     "130 ms alone), 530 ms (BiGAN, 10 nodes); per probe stage of 10 nodes 43 s of feature extraction (60k images "
     "x 10 encoders) + 10 s of probes (37 s in all alone), of 1 node 5 s; estimated 35 minutes alone",
     "linear probes: Adam 1e-2 on minibatches of 512, 40 epochs, the best validation epoch kept",
-    "one seed everywhere",
+    "3 seeds per row, each row one sweep (mean ± sd in the table); the untrained encoders are probed for the "
+    "first seed only",
 )
 
 
@@ -155,7 +160,7 @@ def smoke_config() -> UnsupervisedExchangeConfig:
     """Seconds: tiny nodes on the shipped MNIST sample, every row, two stages of a few steps."""
     return UnsupervisedExchangeConfig(dataset="mnist_sample", widths=(4,), latent=4, disc_hidden=8,
                                       num_steps=4, eval_every=2, probe_every=2, probe_epochs=2,
-                                      objective_batch=16, num_pictures=4, backend="vmap")
+                                      objective_batch=16, num_pictures=4, backend="vmap", num_seeds=2)
 
 
 PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
@@ -228,67 +233,119 @@ def summarise(name: str, history: list[dict], *, nodes: int) -> dict:
 
 def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageDataset, *,
           checkpoints: Checkpoints | None, progress: bool, controls: dict) -> tuple[dict, dict, dict]:
-    """One row trained and summarised: ``(row, curve, pictures)``.
+    """One row trained with every seed as one sweep (:func:`jaxcomm.sweep.train_networks`) and summarised:
+    ``(row, curve, pictures)`` — the row and curve averaged over seeds (each seed's row in ``per_seed``), the
+    pictures of the first seed's node 0.
 
-    ``controls`` caches the untrained encoders' probes per (family, nodes) across rows.
+    ``controls`` caches the untrained encoders' probes per (family, nodes) across rows (first seed only).
     """
     family, nodes, communicate = ROWS[name]
     net = config.network(nodes, communicate)
+    seeds = [config.seed + i for i in range(config.num_seeds)]
     program, metrics, pictures = family_parts(config, family, tuple(dataset.train.images.shape[1:]))
+    # seed None: each run's evaluation (its fixed noise and probe shuffling) follows its own seed, as alone
     evaluator = unsupervised.make_evaluator(dataset, metrics=metrics, probe_steps=config.probe_steps,
-                                            probe=config.probe, metric_batch=config.objective_batch, seed=config.seed)
-    # Before training: fit starts from this very state (network.init of PRNGKey(seed)). The probes of the
+                                            probe=config.probe, metric_batch=config.objective_batch)
+    # Before training: each run starts from this very state (network.init of PRNGKey(seed)). The probes of the
     # untrained encoders are the control of every accuracy: the same for every row of one family and size.
     untrained = network.make_network(net, program, image_shape=dataset.train.images.shape[1:],
                                      num_classes=dataset.num_classes)
     key = (family, nodes)
     probe_now = config.probe_untrained and key not in controls
-    before = evaluator(untrained, untrained.init(jax.random.PRNGKey(net.seed)), 0, probe_now=probe_now)
-    initial = before["objective"]
+    befores = [evaluator(dataclasses.replace(untrained, config=net.replace(seed=seed)),
+                         untrained.init(jax.random.PRNGKey(seed)), 0, probe_now=probe_now and seed == seeds[0])
+               for seed in seeds]
     if probe_now:
-        controls[key] = before["probe"]
-    out = network.train_network(net, program, dataset, evaluator=evaluator, progress=progress, desc=name,
+        controls[key] = befores[0]["probe"]
+    outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], program, dataset, evaluator=evaluator,
+                                progress=progress, desc=name,
                                 checkpointer=checkpoints.run(name) if checkpoints else None)
-    history = out["history"]
+    runs = [_run_row(name, out, before, program=program, control=controls.get(key))
+            for out, before in zip(outs, befores, strict=True)]
+    if probe_now:
+        runs[0]["probe_seconds"] = round(runs[0]["probe_seconds"] + befores[0]["probe"]["seconds"], 1)
+    row, curve = _over_seeds(runs, seeds, outs)
+    shown = unsupervised.pictures_of(pictures, population.node(outs[0]["state"].nodes, 0),
+                                     dataset.test.images[: config.num_pictures], jax.random.PRNGKey(config.seed))
+    picture_record = {"kind": "pictures", "run": name, "step": outs[0]["steps_done"],
+                      **{k: encode_images(v) for k, v in shown.items()}}
+    coll = "-" if row["collective_accuracy"] is None else f"{row['collective_accuracy']:.1f}"
+    print(f"[{name}] {len(seeds)} seed(s): avg {row['avg_accuracy']:.1f} collective {coll} "
+          f"({row['seconds']:.0f} s, probes {row['probe_seconds']:.0f} s)", flush=True)
+    return row, curve, picture_record
+
+
+def _run_row(name: str, out: dict, before: dict, *, program: network.NodeProgram, control: dict | None
+             ) -> dict:
+    """One seed's row of Table 2.3 (:func:`summarise` plus its costs and settings), its curve in ``_curve``."""
+    history, net = out["history"], out["network"].config
+    nodes = net.num_nodes
     row = summarise(name, history, nodes=nodes)
     counters = out["final"]["counters"]
     message = out["network"].message_bytes
-    probe_seconds = sum(h["probe"]["seconds"] for h in history if "probe" in h) + (
-        before["probe"]["seconds"] if probe_now else 0.0)
-    control = controls.get(key)
     if control is not None:
         row.update({"untrained_avg_accuracy": control["avg_accuracy"],
                     "untrained_collective_accuracy": control["collective_accuracy"]["negentropy"] if nodes > 1
                     else None})
+    initial = before["objective"]
     row.update({
-        "family": family, "nodes": nodes, "communication": net.content != "none", "steps": out["steps_done"],
+        "family": ROWS[name][0], "nodes": nodes, "communication": net.content != "none", "steps": out["steps_done"],
         "consume_prob": net.consume_prob, "broadcast_prob": net.broadcast_prob, "num_params": num_params(program),
         "payload_dim": program.payload_dim, "message_bytes": message,
         "bytes_sent_per_node_step": counters["sent"] * message / (nodes * max(out["steps_done"], 1)),
         "counters": counters, "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
         "initial_objective": initial, "final_objective": history[-1]["objective"],
-        "seconds": round(out["train_seconds"], 1), "probe_seconds": round(probe_seconds, 1),
+        "seconds": round(out["train_seconds"], 1),
+        "probe_seconds": round(sum(h["probe"]["seconds"] for h in history if "probe" in h), 1),
     })
-    curve = {"kind": "row", "run": name, "family": family, "nodes": nodes, "communication": row["communication"],
-             "steps": [0] + [h["step"] for h in history], "loss": [None] + [round(h["loss"], 4) for h in history],
-             "objective": {k: [round(v, 4) for v in [initial[k]] + [h["objective"][k] for h in history]]
-                           for k in initial},
-             "probe_steps": [h["step"] for h in history if "probe" in h],
-             "avg_accuracy": [round(h["probe"]["avg_accuracy"], 3) for h in history if "probe" in h],
-             "collective_accuracy": [round(h["probe"]["collective_accuracy"]["negentropy"], 3)
-                                     for h in history if "probe" in h],
-             "val_avg_accuracy": [round(h["probe"]["val_avg_accuracy"], 3) for h in history if "probe" in h],
-             "untrained_avg_accuracy": row.get("untrained_avg_accuracy"),
-             "untrained_collective_accuracy": row.get("untrained_collective_accuracy"),
-             "seconds": [0.0] + [round(h["seconds"], 1) for h in history]}
-    shown = unsupervised.pictures_of(pictures, population.node(out["state"].nodes, 0),
-                                     dataset.test.images[: config.num_pictures], jax.random.PRNGKey(config.seed))
-    picture_record = {"kind": "pictures", "run": name, "step": out["steps_done"],
-                      **{k: encode_images(v) for k, v in shown.items()}}
-    coll = "-" if row["collective_accuracy"] is None else f"{row['collective_accuracy']:.1f}"
-    print(f"[{name}] avg {row['avg_accuracy']:.1f} collective {coll} at step {row['best_step']} "
-          f"({row['seconds']:.0f} s, probes {row['probe_seconds']:.0f} s)", flush=True)
-    return row, curve, picture_record
+    row["_curve"] = {
+        "kind": "row", "run": name, "family": row["family"], "nodes": nodes, "communication": row["communication"],
+        "steps": [0] + [h["step"] for h in history], "loss": [None] + [round(h["loss"], 4) for h in history],
+        "objective": {k: [round(v, 4) for v in [initial[k]] + [h["objective"][k] for h in history]]
+                      for k in initial},
+        "probe_steps": [h["step"] for h in history if "probe" in h],
+        "avg_accuracy": [round(h["probe"]["avg_accuracy"], 3) for h in history if "probe" in h],
+        "collective_accuracy": [round(h["probe"]["collective_accuracy"]["negentropy"], 3)
+                                for h in history if "probe" in h],
+        "val_avg_accuracy": [round(h["probe"]["val_avg_accuracy"], 3) for h in history if "probe" in h],
+        "untrained_avg_accuracy": row.get("untrained_avg_accuracy"),
+        "untrained_collective_accuracy": row.get("untrained_collective_accuracy"),
+        "seconds": [0.0] + [round(h["seconds"], 1) for h in history]}
+    return row
+
+
+def _over_seeds(runs: list[dict], seeds: list[int], outs: list[dict]) -> tuple[dict, dict]:
+    """A row and its curve over seeds: one seed's as they are; else the mean of every number (stages and
+    curves point by point), the sd of the accuracies, each seed's row in ``per_seed`` and its best stage in
+    ``best_steps``, ``seconds`` the sweep's."""
+    curves = [run.pop("_curve") for run in runs]
+    if len(runs) == 1:
+        return runs[0], curves[0]
+    row = recipes.summarize_seeds(runs, seeds)
+    row["stages"] = [{k: _mean([stage[k] for stage in stages]) for k in stages[0]}
+                     for stages in zip(*(run["stages"] for run in runs), strict=True)]
+    row["best_steps"] = [run["best_step"] for run in runs]
+    for key in ("val_avg_accuracy", "val_collective_accuracy"):
+        if row.get(key) is not None:
+            row[f"{key}_sd"] = float(np.std([run[key] for run in runs], ddof=1))
+    # a population sweep's runs share one clock, a sequential sweep's run one after another
+    times = [run["seconds"] for run in runs]
+    row["seconds"] = max(times) if outs[0]["sweep"]["mode"] == "population" else round(sum(times), 1)
+    row["probe_seconds"] = round(sum(run["probe_seconds"] for run in runs), 1)
+    curve = {k: _mean([c[k] for c in curves]) for k in curves[0]} | {"seeds": seeds}
+    return row, curve
+
+
+def _mean(values: list):
+    """The mean of numbers, element by element of equal-length lists, key by key of dicts; else the first."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: _mean([v[k] for v in values]) for k in first}
+    if isinstance(first, list):
+        return [_mean(list(column)) for column in zip(*values, strict=True)]
+    if first is None or isinstance(first, bool) or not isinstance(first, int | float):
+        return first
+    return float(np.mean(values))
 
 
 def run(config: UnsupervisedExchangeConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
@@ -396,11 +453,13 @@ def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
 
 
 _num = functools.partial(report.cell, missing="N.A.")
+_acc = functools.partial(report.mean_sd_cell, missing="N.A.")
 
 
 def table_markdown(summary: dict) -> str:
     rows, config = summary["rows"], summary["config"]
     note = f" ({summary['note']})" if summary.get("note") else ""
+    seeds = next((row["seeds"] for row in rows.values() if len(row.get("seeds") or ()) > 1), None)
     stages = ", ".join(f"{s:,}" for s in range(config["probe_every"], config["num_steps"] + 1, config["probe_every"]))
     lines = [
         "# Chapter 2, unsupervised: VAE and BiGAN nodes exchanging features (Table 2.3)", "",
@@ -429,7 +488,8 @@ def table_markdown(summary: dict) -> str:
     if summary.get("scale_downs"):
         lines += ["Scale-downs of the cpu preset:", ""] + [f"- {s}" for s in summary["scale_downs"]] + [""]
     lines += [
-        f"## Table 2.3: test accuracy (%) of the linear classifier over learned features{note}", "",
+        f"## Table 2.3: test accuracy (%) of the linear classifier over learned features{note}"
+        + (f"; mean ± sd over seeds {', '.join(map(str, seeds))}, each seed's best step" if seeds else ""), "",
         "| row | thesis avg | thesis coll. | measured avg | measured coll. | coll. - avg | best step | "
         "val avg | node min-max | untrained encoders avg / coll. |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -440,9 +500,10 @@ def table_markdown(summary: dict) -> str:
         low, high = row["node_accuracy_min_max"]
         control = ("-" if "untrained_avg_accuracy" not in row else
                    f"{_num(row['untrained_avg_accuracy'])} / {_num(row['untrained_collective_accuracy'])}")
-        lines.append(f"| {name} | {_num(t[0])} | {_num(t[1])} | {_num(row['avg_accuracy'])} | "
-                     f"{_num(row['collective_accuracy'])} | {gain} | {row['best_step']:,} | "
-                     f"{_num(row['val_avg_accuracy'])} | {low:.1f}-{high:.1f} | {control} |")
+        best = " / ".join(f"{step:,}" for step in row.get("best_steps", [row["best_step"]]))
+        lines.append(f"| {name} | {_num(t[0])} | {_num(t[1])} | {_acc(row, 'avg_accuracy')} | "
+                     f"{_acc(row, 'collective_accuracy')} | {gain} | {best} | "
+                     f"{_acc(row, 'val_avg_accuracy')} | {low:.1f}-{high:.1f} | {control} |")
     lines += ["", "## Every stage (test accuracy %, validation in brackets)", "",
               "| row | " + " | ".join(f"step {s:,}" for s in range(config["probe_every"], config["num_steps"] + 1,
                                                                    config["probe_every"])) + " |",

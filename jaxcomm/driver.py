@@ -226,12 +226,13 @@ class _StopOnSignal:
 
 
 @functools.lru_cache(maxsize=32)
-def scan_steps(step_fn: Callable, summarize: Callable = _identity) -> Callable:
+def scan_steps(step_fn: Callable, summarize: Callable = _identity, donate: bool = False) -> Callable:
     """Jitted ``run(state, data, length) -> (state, infos)`` of ``length`` steps as one ``lax.scan``.
 
     Compiled once per distinct ``length`` and shapes; ``infos`` has a leading ``[length]`` axis. Cached
-    per ``(step_fn, summarize)``: training the same system again (a sweep's runs one by one) does not
-    compile again.
+    per ``(step_fn, summarize, donate)``: training the same system again (a sweep's runs one by one) does
+    not compile again. ``donate``: the input state's buffers are given to the output state (the caller's
+    ``state`` is unusable afterwards), so a large population is not held twice on the device.
     """
 
     def run(state, data, length):
@@ -241,11 +242,11 @@ def scan_steps(step_fn: Callable, summarize: Callable = _identity) -> Callable:
 
         return jax.lax.scan(body, state, None, length=length)
 
-    return jax.jit(run, static_argnums=2)
+    return jax.jit(run, static_argnums=2, donate_argnums=0 if donate else ())
 
 
 def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
-                   check: Callable[[], None] = lambda: None) -> Callable:
+                   check: Callable[[], None] = lambda: None, donate: bool = False) -> Callable:
     """Like :func:`scan_steps`, but one jitted call per step, no loop in the program.
 
     On CPU, XLA runs convolutions inside a loop body far slower than at the top
@@ -254,7 +255,7 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
     driver's stop on a signal).
     """
 
-    step = _jitted_step(step_fn, summarize)
+    step = _jitted_step(step_fn, summarize, donate)
 
     def run(state, data, length):
         infos = []
@@ -269,15 +270,21 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted_step(step_fn: Callable, summarize: Callable) -> Callable:
+def _jitted_step(step_fn: Callable, summarize: Callable, donate: bool = False) -> Callable:
     """One jitted step (summarized), cached like :func:`scan_steps`."""
 
-    @jax.jit
     def step(state, data):
         state, info = step_fn(state, data)
         return state, summarize(info)
 
-    return step
+    return jax.jit(step, donate_argnums=0 if donate else ())
+
+
+def donation(donate: bool | None) -> bool:
+    """``donate``, or for None (auto) whether the default backend is an accelerator, where a large
+    population's second copy is what runs out of memory (on a CPU the host copy :func:`train` keeps
+    instead would cost as much)."""
+    return jax.default_backend() != "cpu" if donate is None else bool(donate)
 
 
 def _pieces(length: int, seconds_per_step: float, max_block_seconds: float) -> int:
@@ -303,6 +310,7 @@ def train(
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     max_block_seconds: float = 10.0,
+    donate: bool = False,
 ) -> dict:
     """Trains ``system`` from ``system.init(key)`` for ``num_steps`` steps, evaluating every ``eval_every``.
 
@@ -322,6 +330,10 @@ def train(
         end; with ``checkpointer.resume`` the run continues from its latest checkpoint.
       max_block_seconds: a scanned chunk measured to take longer is cut into
         pieces, so that a signal waits at most about this long.
+      donate: give each chunk's input state buffers to its output (``donate_argnums``), so the
+        device holds one copy of the state, not two; the state a divergence or an interrupt
+        falls back to is then kept in host memory (one device-to-host copy per evaluation).
+        ``system.init``'s arrays are donated too: it must not return arrays the caller keeps.
 
     Raises:
       NonFiniteLoss, Diverged: a loss left its bounds (the state before that
@@ -361,14 +373,19 @@ def train(
 
     stopper = _StopOnSignal()
     if system.step_loop == "scan":
-        run = scan_steps(system.step, system.summarize)
+        run = scan_steps(system.step, system.summarize, donate)
     else:
-        run = dispatch_steps(system.step, system.summarize, check=stopper.check)
+        run = dispatch_steps(system.step, system.summarize, check=stopper.check, donate=donate)
+    # With donation the next chunk consumes the device state: what a stop falls back to, and the tracker's
+    # kept values (which may alias the state), live on the host.
+    keep = jax.device_get if donate else (lambda tree: tree)
+    if best is not None:
+        best = best._replace(kept=keep(best.kept))
     piece = eval_every  # steps per scan call; cut down if one call takes too long to honour a signal
     timed: set[int] = set()  # scan lengths already run (compiled)
     # What a checkpoint holds, taken together after each chunk: a signal between the updates of the state and
     # of the history never saves one without the other.
-    committed = (state, done, len(history), best, reference, seconds, finished)
+    committed = (keep(state), done, len(history), best, reference, seconds, finished)
     last_saved, interrupted, start = done, False, time.perf_counter() - seconds
 
     def save(complete: bool = False) -> None:
@@ -420,9 +437,10 @@ def train(
                 new_best = best
                 if tracker is not None:
                     new_best, finished = update_best(tracker, best, record, new_state, done + length)
+                    new_best = new_best._replace(kept=keep(new_best.kept))
                 state, done, best = new_state, done + length, new_best
                 history.append(record)
-                committed = (state, done, len(history), best, reference, seconds, finished)
+                committed = (keep(state), done, len(history), best, reference, seconds, finished)
                 bar.update(length)
                 if system.postfix is not None:
                     bar.set_postfix(system.postfix(record), refresh=False)
@@ -437,6 +455,8 @@ def train(
             raise Interrupted(done, str(checkpointer.directory))
     stopper.pass_on()  # the run is complete and saved; the caller still hears of the signal
     status = "interrupted" if interrupted else "stopped" if finished and done < num_steps else "complete"
+    if interrupted:  # the state of the last whole chunk (a donated one was consumed by the chunk cut short)
+        state = committed[0]
     return _result(history, state, done, seconds, resumed_from, best, status)
 
 

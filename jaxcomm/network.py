@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -61,6 +61,7 @@ INBOX_ON_FAILURE = ("keep", "lose")
 TOPOLOGIES = topology.NAMES
 PARTITIONS = ("iid", "dirichlet")
 LR_SCHEDULES = ("constant", "cosine")
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,9 @@ class NetworkConfig:
       step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch"
         (one jitted call per step) or "auto" (measured fastest with the backend,
         :func:`jaxcomm.speed.choose`).
+      compute_dtype: one of :data:`COMPUTE_DTYPES`: "bfloat16" runs classifier nodes' forward
+        and backward passes in bfloat16 while their parameters, model state and optimiser state
+        stay float32 (mixed precision, :func:`in_dtype`); losses and softmax in float32.
       failure_prob: q, chance per step that an up node goes down (no training,
         no sending, no receiving until it comes back).
       failure_steps: mean steps a failed node stays down (it comes back with
@@ -139,6 +143,7 @@ class NetworkConfig:
     dirichlet_alpha: float = 0.5
     backend: str = "auto"
     step_loop: str = "auto"
+    compute_dtype: str = "float32"
     augment: bool = False
     failure_prob: float = 0.0
     failure_steps: float = 100.0
@@ -182,6 +187,7 @@ class NetworkConfig:
         population.check_backend(self.backend, allow_auto=True)
         loops = (population.AUTO, *speed.STEP_LOOPS)
         require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
+        require(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype", f"one of {COMPUTE_DTYPES}", self.compute_dtype)
         require(isinstance(self.augment, bool), "augment", "True or False", self.augment)
         require(is_real(self.failure_prob) and 0.0 <= self.failure_prob < 1.0, "failure_prob",
                  "a probability in [0, 1)", self.failure_prob)
@@ -338,6 +344,28 @@ def apply_classifier(model: nn.Module, params, model_state, x: jax.Array, *, tra
     return model.apply(variables, x, train=train, rngs=rngs), model_state
 
 
+def in_dtype(apply: Callable, dtype) -> Callable:
+    """``apply(params, model_state, x, **kw) -> (outputs, model_state)`` computing in ``dtype`` (mixed precision).
+
+    Float parameters and the input are cast to ``dtype`` on the way in and the outputs back to float32 on
+    the way out, so the caller keeps float32 parameters (their gradients come back float32 through the
+    cast), model state and optimiser state, as flax's ``dtype``/``param_dtype`` split does. Model state
+    (BatchNorm statistics) is not cast: flax reduces it in float32.
+    """
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.float32:
+        return apply
+
+    def cast(tree, to):
+        return jax.tree.map(lambda a: a.astype(to) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+    def apply_in(params, model_state, x, **kwargs):
+        outputs, model_state = apply(cast(params, dtype), model_state, x.astype(dtype), **kwargs)
+        return cast(outputs, jnp.float32), model_state
+
+    return apply_in
+
+
 class NodeProgram(NamedTuple):
     """ONE node's code, written once; :func:`make_network` lifts it to N nodes.
 
@@ -389,11 +417,14 @@ def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
     return init_node
 
 
-def classifier_predict(model: nn.Module) -> Callable[[population.NodeState, jax.Array], jax.Array]:
-    """``predict(state, images uint8 [M, H, W, C]) -> probs [M, C]`` of one Flax classifier node."""
+def classifier_predict(model: nn.Module, compute_dtype: str = "float32"
+                       ) -> Callable[[population.NodeState, jax.Array], jax.Array]:
+    """``predict(state, images uint8 [M, H, W, C]) -> probs [M, C]`` of one Flax classifier node, its
+    forward pass in ``compute_dtype``."""
+    apply = in_dtype(functools.partial(apply_classifier, model), compute_dtype)
 
     def predict_node(state: population.NodeState, images):
-        (logits, _), _ = apply_classifier(model, state.params, state.model_state, to_unit_float(images), train=False)
+        (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
         return jax.nn.softmax(logits)
 
     return predict_node
@@ -410,8 +441,8 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
     """The thesis' supervised node: cross-entropy on local labels, the exchange's loss on consumed data.
 
     Args:
-      config: reads ``consumed_weight``, ``learning_rate``, ``lr_schedule`` and (for
-        its horizon) ``num_steps``; and ``content``/``temperature`` if no exchange is given.
+      config: reads ``consumed_weight``, ``learning_rate``, ``lr_schedule``, ``compute_dtype``
+        and (for its horizon) ``num_steps``; and ``content``/``temperature`` if no exchange is given.
       model: a Flax classifier ``model(x [B, H, W, C], train=bool) -> (logits
         [B, C], features [B, F])``; dropout, if any, uses the "dropout" rng.
       image_shape: ``(H, W, C)`` of one image.
@@ -424,7 +455,7 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
     exchange = exchange or exchanges.named(config.content, temperature=tuned.temperature)
     optimizer = optax.adam(learning_rate(config, tuned.learning_rate))
     payload_dim = int(exchange.payload_dim(num_classes, feature_dim(model, image_shape)))
-    apply = functools.partial(apply_classifier, model)
+    apply = in_dtype(functools.partial(apply_classifier, model), config.compute_dtype)
 
     def loss_fn(params, model_state, images, local_targets, payload, consumed, key):
         (logits, features), model_state = apply(params, model_state, to_unit_float(images), train=True, key=key)
@@ -438,7 +469,7 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
         return loss, (model_state, jax.lax.stop_gradient(outgoing))
 
     return NodeProgram(classifier_init(model, optimizer, image_shape), population.make_train_step(loss_fn, optimizer),
-                       classifier_predict(model), payload_dim)
+                       classifier_predict(model, config.compute_dtype), payload_dim)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -551,13 +582,17 @@ def make_network(
       A :class:`Network`.
 
     Raises:
-      ValueError: a graph of the wrong shape, or with self-loops.
+      ValueError: a graph of the wrong shape, or with self-loops; a ``compute_dtype`` other than
+        float32 with a :class:`NodeProgram`.
     """
     n, b = config.num_nodes, config.batch_size
     by_name = exchange is None
     exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
     if not isinstance(exchange, exchanges.Exchange):
         raise TypeError(f"exchange must be a jaxcomm.exchange.Exchange, got {type(exchange).__name__}")
+    if isinstance(model, NodeProgram) and config.compute_dtype != "float32":
+        raise ValueError(f"compute_dtype={config.compute_dtype!r} applies to Flax classifiers; a NodeProgram "
+                         "sets its own precision (wrap its model's apply in jaxcomm.network.in_dtype)")
 
     def program_for(tuned: Settings) -> NodeProgram:
         """The node program with a run's settings (traced inside the step, so one compile serves a sweep)."""
@@ -570,11 +605,17 @@ def make_network(
     program = program_for(settings(config))
     payload_dim, sends = program.payload_dim, exchange.sends
     graph_fn, dynamic = graph_of(config, graph)
-    family = program.family or speed.family_of(
-        program.train, jax.eval_shape(program.init, jax.random.PRNGKey(0)),
-        jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8), jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-        jax.ShapeDtypeStruct((b, payload_dim), jnp.float32), jax.ShapeDtypeStruct((), bool), jax.random.PRNGKey(0))
-    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
+    # one node's train arguments: images, local targets, payload, consumed, key
+    node_args = (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
+                 jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+                 jax.ShapeDtypeStruct((b, payload_dim), jnp.float32), jax.ShapeDtypeStruct((), bool),
+                 jax.ShapeDtypeStruct((2,), jnp.uint32))
+    family = program.family or speed.family_of(program.train, jax.eval_shape(program.init, jax.random.PRNGKey(0)),
+                                               *node_args)
+    timer = (speed.step_timer(program.train, program.init, n, node_args)
+             if speed.autotune_enabled() and population.AUTO in (config.backend, config.step_loop) else None)
+    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop,
+                                      timer=timer)
     predict = jax.jit(population.lift(program.predict, backend=backend, in_axes=(0, None)))
     failures = failure_process(config) if config.has_failures else None
     augment = augmentation(n) if config.augment else None
@@ -706,14 +747,40 @@ def counter_totals(state) -> dict:
     return {field: int(np.sum(value)) for field, value in counters._asdict().items()} | {"pending": int(pending.sum())}
 
 
-def accuracy_evaluator(split) -> Callable[[Network, NetworkState, int], dict]:
-    """The classifier metrics of :func:`evaluate` on ``split`` (images, labels), over the reachable nodes."""
+Evaluator = Callable[["Network", "NetworkState", int], dict]
+"""``evaluator(network, state, steps_done) -> dict`` of metrics, called between training chunks."""
+
+
+def accuracy_evaluator(split, *, also: Mapping[str, Any] | None = None) -> Evaluator:
+    """The classifier metrics of :func:`evaluate` on ``split`` (images, labels), over the reachable nodes.
+
+    ``also``: further named splits (e.g. ``{"validation": dataset.validation}``), predicted in the same pass;
+    their metrics go in the record under their name. Empty splits are left out.
+    """
+    extra = {name: s for name, s in (also or {}).items() if len(s.labels)}
+    images = np.concatenate([split.images, *(s.images for s in extra.values())]) if extra else split.images
+    ends = np.cumsum([len(split.labels), *(len(s.labels) for s in extra.values())])
 
     def evaluator(network: Network, state: NetworkState, steps_done: int) -> dict:
         reachable = population.to_host(state.alive) if network.config.has_failures else None
-        return evaluate(predict_in_batches(network, state.nodes, split.images), split.labels, reachable=reachable)
+        probs = predict_in_batches(network, state.nodes, images)
+        record = evaluate(probs[:, : ends[0]], split.labels, reachable=reachable)
+        for (name, s), start, end in zip(extra.items(), ends[:-1], ends[1:], strict=True):
+            record[name] = evaluate(probs[:, start:end], s.labels, reachable=reachable)
+        return record
 
     return evaluator
+
+
+def split_evaluator(dataset: ImageDataset, eval_split: str | Sequence[str]) -> Evaluator:
+    """:func:`accuracy_evaluator` on ``dataset``'s split ``eval_split``, or on the first of several split names
+    with the others' metrics under their names (e.g. ``("test", "validation")``)."""
+    names = (eval_split,) if isinstance(eval_split, str) else tuple(eval_split)
+    for name in names:
+        if name not in ("train", "validation", "test"):
+            raise ValueError(f"eval_split={eval_split!r}: {name!r} is not a split; "
+                             "expected 'train', 'validation' or 'test'")
+    return accuracy_evaluator(getattr(dataset, names[0]), also={n: getattr(dataset, n) for n in names[1:]})
 
 
 def progress_postfix(record: dict) -> dict:
@@ -732,7 +799,7 @@ def summarize_info(info: StepInfo) -> StepInfo:
     return info._replace(indices=info.indices[..., :0])
 
 
-def system(network: Network, evaluator: Callable[[Network, NetworkState, int], dict]) -> driver.System:
+def system(network: Network, evaluator: Evaluator) -> driver.System:
     """The network as a :class:`jaxcomm.driver.System`: its step, and records of losses, evaluator metrics
     and inbox counters."""
 
@@ -754,12 +821,13 @@ def train_network(
     *,
     graph: np.ndarray | jax.Array | topology.GraphFn | None = None,
     exchange: exchanges.Exchange | None = None,
-    eval_split: str = "test",
+    eval_split: str | Sequence[str] = "test",
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
-    evaluator: Callable[[Network, NetworkState, int], dict] | None = None,
+    evaluator: Evaluator | None = None,
     divergence: float | None = 100.0,
+    donate: bool | None = None,
 ) -> dict:
     """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`jaxcomm.driver.train`).
 
@@ -770,7 +838,9 @@ def train_network(
       graph: a bool ``[N, N]`` array or a function ``(key, step) -> bool [N, N]``
         (see :func:`make_network`); None: the config's topology.
       exchange: a :class:`jaxcomm.exchange.Exchange`; None: the config's content.
-      eval_split: "test" or "validation", the split the default evaluator uses.
+      eval_split: "test" or "validation", the split the default evaluator uses; or several names,
+        e.g. ``("test", "validation")``: the first's metrics in the record, the others' under their
+        names (:func:`split_evaluator`).
       progress: draw a progress bar.
       desc: its label.
       checkpointer: saves and resumes the run (bit-identical, see :func:`jaxcomm.driver.train`).
@@ -778,6 +848,8 @@ def train_network(
         :func:`accuracy_evaluator` on ``eval_split`` (classifier nodes).
       divergence: stop once a node's loss exceeds this multiple of the mean loss
         at the run's first step (None: only non-finite losses stop).
+      donate: give each chunk's state buffers to the next (one copy of the network on the
+        device, see :func:`jaxcomm.driver.train`); None: on accelerators (:func:`jaxcomm.driver.donation`).
 
     Raises:
       jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a node's loss left its
@@ -795,10 +867,11 @@ def train_network(
     """
     network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
                            num_classes=dataset.num_classes, graph=graph, exchange=exchange)
-    evaluator = evaluator or accuracy_evaluator(getattr(dataset, eval_split))
+    evaluator = evaluator or split_evaluator(dataset, eval_split)
     result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
                           eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
-                          desc=desc, checkpointer=checkpointer, divergence=divergence)
+                          desc=desc, checkpointer=checkpointer, divergence=divergence,
+                          donate=driver.donation(donate))
     return result | {"network": network, "unreachable_evaluations": unreachable_evaluations(result["history"])}
 
 

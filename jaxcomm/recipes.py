@@ -53,6 +53,8 @@ class Chapter2Recipe:
       dataset: one of :data:`jaxcomm.data.DATASET_NAMES`: "cifar10" (the chapter's data; strided CNN
         nodes) or an MNIST variant (MLP nodes, for smoke tests).
       data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
+      validation_size: the last training examples held out of every shard as the validation split
+        (CIFAR-10: 5,000), on which recipes, targets and early stops are chosen; test accuracy is reported.
       widths: the strided CNN's channels (CIFAR-10) or the MLP's hidden widths (MNIST).
       hidden: width of the CNN's dense layer before the logits, whose output is the exchanged
         "features" (0: none, the flattened last convolution is).
@@ -74,6 +76,7 @@ class Chapter2Recipe:
 
     dataset: str = "cifar10"
     data_dir: str = ""
+    validation_size: int = 5000
     widths: tuple[int, ...] = (16, 32, 64)
     hidden: int = 128
     norm: str = "batch"
@@ -92,6 +95,7 @@ class Chapter2Recipe:
     def __post_init__(self):
         one_of("dataset", self.dataset, data.DATASET_NAMES)
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
+        integer("validation_size", self.validation_size, low=0)
         widths("widths", self.widths)
         integer("hidden", self.hidden, low=0)
         one_of("norm", self.norm, NORMS)
@@ -107,8 +111,9 @@ class Chapter2Recipe:
         integer("seed", self.seed)
 
     def load(self) -> data.ImageDataset:
-        """The recipe's dataset (:func:`jaxcomm.data.load_dataset`)."""
-        return data.load_dataset(self.dataset, self.data_dir or None)
+        """The recipe's dataset (:func:`jaxcomm.data.load_dataset`), its last ``validation_size`` training
+        examples held out as the validation split."""
+        return data.load_dataset(self.dataset, self.data_dir or None, validation_size=self.validation_size)
 
     def model(self, num_classes: int, *, widths: tuple[int, ...] | None = None) -> nn.Module:
         """A node's classifier: the strided CNN on CIFAR-10, an MLP otherwise.
@@ -188,8 +193,9 @@ def thesis() -> Chapter2Recipe:
 
 
 def smoke() -> Chapter2Recipe:
-    """Seconds: 16-wide MLP nodes on the shipped MNIST sample, 20 steps."""
-    return Chapter2Recipe(dataset="mnist_sample", widths=(16,), num_steps=20)
+    """Seconds: 16-wide MLP nodes on the shipped MNIST sample (1,000 of its 5,000 training digits held out for
+    validation), 20 steps."""
+    return Chapter2Recipe(dataset="mnist_sample", validation_size=1000, widths=(16,), num_steps=20)
 
 
 PRESETS: dict[str, Callable[[], Chapter2Recipe]] = {"smoke": smoke, "cpu": cpu, "thesis": thesis}
@@ -228,7 +234,9 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
       :func:`jaxcomm.bandwidth.bytes_per_node_step`), ``message_bytes`` (one message,
       :func:`jaxcomm.exchange.message_bytes`), ``allreduce_bytes_per_node_step`` (a ring all-reduce of
       the gradients, :func:`jaxcomm.bandwidth.allreduce_bytes`), ``num_params``, ``counters``;
-      ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (training, 0.1 s).
+      ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (training, 0.1 s); when the
+      records hold a ``validation`` evaluation (``eval_split=("test", "validation")``),
+      ``validation_avg_accuracy`` and ``validation_collective_accuracy`` (negentropy) at the final step.
     """
     net, history, final = out["network"], out["history"], out["final"]
     config = net.config
@@ -249,6 +257,9 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
         "num_params": num_params, "counters": final["counters"],
         "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
         "final_loss": final["loss"], "seconds": round(out["train_seconds"], 1),
+        **({"validation_avg_accuracy": final["validation"]["avg_accuracy"],
+            "validation_collective_accuracy": final["validation"]["collective_accuracy"]["negentropy"]}
+           if "validation" in final else {}),
     }
 
 
@@ -262,7 +273,8 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
     Returns:
       The first summary's settings with every number (nested dicts' too) replaced by its mean over seeds,
       ``node_accuracy_min_max`` over all seeds' nodes; plus ``seeds``, ``per_seed`` (the summaries) and
-      ``avg_accuracy_sd``, ``collective_accuracy_sd`` (sample standard deviations, 0 for one seed).
+      ``avg_accuracy_sd``, ``collective_accuracy_sd`` (sample standard deviations, 0 for one seed; and the
+      ``validation_*`` accuracies' where the summaries have them).
     """
     if len(summaries) != len(seeds) or not summaries:
         raise ValueError(f"need one summary per seed, got {len(summaries)} summaries and {len(seeds)} seeds")
@@ -280,7 +292,9 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
     out = {k: mean([s[k] for s in summaries]) for k in summaries[0]}
     lows, highs = zip(*(s["node_accuracy_min_max"] for s in summaries), strict=True)
     out["node_accuracy_min_max"] = [min(lows), max(highs)]
-    for key in ("avg_accuracy", "collective_accuracy"):
+    for key in ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy", "validation_collective_accuracy"):
+        if key not in summaries[0]:
+            continue
         values = [s[key] for s in summaries]
         out[f"{key}_sd"] = stats.mean_sd(values)[1] if None not in values else 0.0
     for key in ("nodes", "steps", "num_params", "message_bytes"):  # the same for every seed: stay integers

@@ -12,26 +12,38 @@ Two choices depend on the model and the device, and no single answer is right:
   lose too, while small MLP steps are dominated by the per-call overhead that
   a scan removes.
 
-A model's family is read from what its step computes (:func:`family_of`):
-"conv" (any convolution), "wide_mlp" (a dense layer of >= 512 outputs) or
-"mlp". ``experiments/benchmark.py --write-choices`` measures every (backend,
-step loop) pair per family and N and records the ranking in
-``jaxcomm/assets/backends.json``; :func:`choose` reads it.
+Neither transfers between machines: on one 2-core CPU the shipped choice for the
+chapter-2 CNN ran at 0.71-0.79x the per-node loop, and a user's residual CNN
+got a pair 9.3x slower than the best. So "auto" measures where it runs: on first
+use of a model (its one-node step's jaxpr), N and device, :func:`choose` times
+every candidate (backend, step loop) pair for a few steps of the lifted node step
+(:func:`step_timer`) and caches the fastest in a user cache file
+(:func:`cache_file`, outside the installed package). ``JAXCOMM_AUTOTUNE=0`` asks
+it not to measure: then it reads the ranking ``experiments/benchmark.py
+--write-choices`` recorded per family and N in ``jaxcomm/assets/backends.json``,
+or the rule of thumb. A model's family is read from what its step computes
+(:func:`family_of`): "conv" (any convolution), "wide_mlp" (a dense layer of >= 512
+outputs) or "mlp".
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import pathlib
-from collections.abc import Callable, Mapping
-from typing import Any
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core
+import jax.numpy as jnp
 import numpy as np
 
+from jaxcomm import population
 from jaxcomm.population import AUTO, BACKENDS
 
 UNROLL_LIMIT = 64  # "auto" never unrolls more nodes than this: compile time grows with N
@@ -136,6 +148,138 @@ def rule_of_thumb(family: str, num_nodes: int, *, platform: str) -> tuple[str, s
     return "vmap", "scan"
 
 
+AUTOTUNE_ENV = "JAXCOMM_AUTOTUNE"  # "0": never time candidates, read the shipped table
+CACHE_ENV = "JAXCOMM_CACHE_DIR"  # where measured choices are kept (default ~/.cache/jaxcomm)
+TIMED_STEPS = 3  # steps per timed call of a candidate
+
+
+def autotune_enabled() -> bool:
+    """Whether "auto" times the candidates where it runs (``JAXCOMM_AUTOTUNE`` unset or not "0")."""
+    return os.environ.get(AUTOTUNE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_file() -> pathlib.Path:
+    """The measured choices of this user: ``$JAXCOMM_CACHE_DIR/choices.json``, by default under
+    ``$XDG_CACHE_HOME`` (``~/.cache``)``/jaxcomm``."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "jaxcomm")
+    return pathlib.Path(root).expanduser() / "choices.json"
+
+
+class Timer(NamedTuple):
+    """What :func:`choose` times: ``key`` names the model, N and device; ``seconds_per_step(backend,
+    step_loop)`` runs the lifted step a few times."""
+
+    key: str
+    seconds_per_step: Callable[[str, str], float]
+
+
+def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Sequence[jax.ShapeDtypeStruct], *,
+               steps: int = TIMED_STEPS) -> Timer:
+    """A :class:`Timer` of ``train(state, *args) -> (state, aux)`` for N nodes, on zeros of ``node_args``' shapes.
+
+    Args:
+      train: one node's step (e.g. a :class:`jaxcomm.network.NodeProgram`'s ``train``).
+      init: ``init(key) -> state`` of one node.
+      num_nodes: N.
+      node_args: shapes and dtypes of one node's other arguments (keys as raw ``uint32 [2]``).
+      steps: steps per timed call (one call compiles first; the best of two timed calls counts).
+    """
+    state_shape = jax.eval_shape(init, jax.random.PRNGKey(0))
+    # the model's structure: every operation and its output shapes, not its constants (a learning rate)
+    structure = [(e.primitive.name, [(v.aval.shape, str(v.aval.dtype)) for v in e.outvars if hasattr(v.aval, "shape")])
+                 for e in _walk(jax.make_jaxpr(train)(state_shape, *node_args).jaxpr)]
+    digest = hashlib.sha256(repr(structure).encode()).hexdigest()[:20]
+    device = jax.devices()[0]
+    key = f"{device.platform}|{device.device_kind}|{jax.device_count()}|jax {jax.__version__}|{digest}|N={num_nodes}"
+
+    def seconds_per_step(backend: str, step_loop: str) -> float:
+        lifted = population.lift(train, backend=backend)
+        args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
+        step = lambda nodes: lifted(nodes, *args)[0]  # noqa: E731
+        if step_loop == "scan":
+            scanned = jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None, length=steps)[0])
+            run = scanned
+        else:
+            jitted = jax.jit(step)
+
+            def run(nodes):
+                for _ in range(steps):
+                    nodes = jax.block_until_ready(jitted(nodes))
+                return nodes
+
+        nodes = jax.block_until_ready(run(population.init_population(init, jax.random.PRNGKey(0), num_nodes,
+                                                                     backend=backend)))  # compiles
+        best = np.inf
+        for _ in range(2):
+            start = time.perf_counter()
+            nodes = jax.block_until_ready(run(nodes))
+            best = min(best, time.perf_counter() - start)
+        return best / steps
+
+    return Timer(key, seconds_per_step)
+
+
+def _read_cache() -> dict:
+    try:
+        return json.loads(cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(key: str, entry: dict) -> None:
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache = _read_cache() | {key: entry}
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+            json.dump(cache, f, indent=1)
+        os.replace(f.name, path)  # atomic: processes timing at once never leave half a file
+    except OSError:
+        pass  # a read-only home: measure again next time
+
+
+def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """The fastest of ``candidates`` for ``timer``'s model, N and device (None if none can run).
+
+    Every pair is timed once per model, N and device and its seconds per step cached (a pair that fails
+    is remembered as failed): a later choice among other candidates times only the pairs not yet measured.
+    """
+    entry = _read_cache().get(timer.key, {})
+    seconds = {tuple(k.split("/")): v for k, v in entry.get("seconds_per_step", {}).items()}
+    failed = {tuple(k.split("/")) for k in entry.get("failed", [])}
+    missing = [pair for pair in candidates if pair not in seconds and pair not in failed]
+    for pair in missing:
+        try:
+            seconds[pair] = timer.seconds_per_step(*pair)
+        except Exception:  # noqa: BLE001  (a backend this model or device cannot run is no candidate)
+            failed.add(pair)
+    if missing:
+        _write_cache(timer.key, {"seconds_per_step": {f"{b}/{s}": t for (b, s), t in seconds.items()},
+                                 "failed": [f"{b}/{s}" for b, s in sorted(failed)],
+                                 "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
+    usable = {pair: seconds[pair] for pair in candidates if pair in seconds}
+    return min(usable, key=usable.get) if usable else None
+
+
+def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO,
+               devices: int | None = None) -> list[tuple[str, str]]:
+    """The (backend, step loop) pairs "auto" may pick: those consistent with a fixed half, no "loop" (under jit it
+    is "unrolled"), "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and
+    never inside a scan unless asked (see :func:`choose`)."""
+    devices = jax.device_count() if devices is None else devices
+    pairs = []
+    for b in ("vmap", "unrolled", "map", "sharded"):
+        for s in STEP_LOOPS:
+            if backend not in (AUTO, b) or step_loop not in (AUTO, s):
+                continue
+            if b == "unrolled" and num_nodes > UNROLL_LIMIT and backend != b:
+                continue
+            if b == "sharded" and backend != b and (devices < 2 or num_nodes % devices or s == "scan"):
+                continue
+            pairs.append((b, s))
+    return pairs
+
+
 def choose(
     family: str,
     num_nodes: int,
@@ -144,14 +288,20 @@ def choose(
     platform: str | None = None,
     backend: str = AUTO,
     step_loop: str = AUTO,
+    timer: Timer | None = None,
 ) -> tuple[str, str]:
-    """The fastest (backend, step loop) measured for the nearest benchmark row.
+    """The fastest (backend, step loop): measured here for ``timer``'s model, else the nearest benchmark row's.
 
-    The measured row nearest in log N and log batch size decides; its ranking
+    With a ``timer``, autotuning on (:func:`autotune_enabled`) and a half of the pair left to "auto", the
+    :func:`candidates` are timed once per model, N and device and the fastest is cached
+    (:func:`measured_choice`). Otherwise the measured benchmark row nearest in log N and log batch size
+    decides; its ranking
     is read from the fastest down, skipping pairs that contradict a choice the
-    caller fixed (``backend`` or ``step_loop`` other than "auto") and
-    "unrolled" above :data:`UNROLL_LIMIT` nodes. Without measurements for this
-    platform and family, :func:`rule_of_thumb`.
+    caller fixed (``backend`` or ``step_loop`` other than "auto"),
+    "unrolled" above :data:`UNROLL_LIMIT` nodes, and "sharded" inside a scan
+    unless the scan was asked for (on one H100 it ran the wide MLPs 1,600x slower
+    than one call per step: its sharding constraints in the loop body). Without
+    measurements for this platform and family, :func:`rule_of_thumb`.
 
     Args:
       family: one of :data:`FAMILIES`, from :func:`family_of`.
@@ -160,13 +310,20 @@ def choose(
       platform: "cpu", "gpu", "tpu"; default ``jax.default_backend()``.
       backend: "auto" or a fixed backend.
       step_loop: "auto" or a fixed step loop.
+      timer: times the model's lifted step (:func:`step_timer`); None reads the benchmark's table.
 
     Returns:
       ``(backend, step_loop)``, neither "auto".
     """
+    if timer is not None and AUTO in (backend, step_loop) and autotune_enabled():
+        pairs = candidates(num_nodes, backend=backend, step_loop=step_loop)
+        measured = measured_choice(timer, pairs) if len(pairs) > 1 else (pairs[0] if pairs else None)
+        if measured is not None:
+            return measured
     platform = platform or jax.default_backend()
     fits = lambda b, s: ((backend in (AUTO, b)) and (step_loop in (AUTO, s))
-                         and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b))
+                         and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b)
+                         and (b != "sharded" or s == "dispatch" or step_loop == s))
     measured = _load_choices().get(platform, {}).get(family)
     if measured:
         distance = lambda e: abs(np.log(e["num_nodes"] / num_nodes)) + abs(np.log(e["batch_size"] / batch_size))
@@ -174,7 +331,10 @@ def choose(
             if fits(b, s):
                 return b, s
     default_backend, default_loop = rule_of_thumb(family, num_nodes, platform=platform)
-    return (default_backend if backend == AUTO else backend), (default_loop if step_loop == AUTO else step_loop)
+    backend = default_backend if backend == AUTO else backend
+    if step_loop == AUTO:
+        step_loop = "dispatch" if backend == "sharded" else default_loop
+    return backend, step_loop
 
 
 def write_backend_choices(summary: dict, platform: str | None = None, *,

@@ -158,13 +158,14 @@ def train_networks(
     *,
     graph: Graph | Sequence[Graph] = None,
     exchange: exchanges.Exchange | None = None,
-    eval_split: str = "test",
+    eval_split: str | Sequence[str] = "test",
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     evaluator: Callable | None = None,
     divergence: float | None = 100.0,
     mode: str = "auto",
+    donate: bool | None = None,
 ) -> list[dict]:
     """Trains R network runs of one structure as one sweep; each result equals :func:`jaxcomm.network.train_network`'s.
 
@@ -177,7 +178,7 @@ def train_networks(
         sequence of R graphs (bool ``[N, N]`` arrays or None; see
         :func:`jaxcomm.network.make_network`).
       exchange: what messages carry (shared); None: the configs' content.
-      eval_split: "test" or "validation", for the default evaluator.
+      eval_split: as :func:`jaxcomm.network.train_network`, for the default evaluator.
       progress: draw a progress bar.
       desc: its label.
       checkpointer: saves and resumes the sweep, bit-identically ("sequential":
@@ -187,6 +188,7 @@ def train_networks(
       divergence: as :func:`jaxcomm.network.train_network` (the bound is taken
         from the mean first-step loss over all runs of a "population" sweep).
       mode: one of :data:`MODES`.
+      donate: as :func:`jaxcomm.network.train_network` (one copy of the sweep's state on the device).
 
     Returns:
       R dicts as :func:`jaxcomm.network.train_network` returns, in the order of
@@ -206,15 +208,16 @@ def train_networks(
     net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
                                num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange)
     nets = [dataclasses.replace(net, config=c) for c in configs]
-    evaluator = evaluator or network.accuracy_evaluator(getattr(dataset, eval_split))
+    evaluator = evaluator or network.split_evaluator(dataset, eval_split)
     base = network.network_data(dataset, first)
     data = _run_data(base, dataset.train.labels, configs)
     states = [_initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
     mode = choose_mode(net.backend, mode)
     info = {"runs": len(configs), "mode": mode}
+    donate = driver.donation(donate)
     if mode == "sequential":
         return [_run_alone(nets[r], evaluator, states[r], _data_of_run(data, r), r, progress=progress, desc=desc,
-                           checkpointer=checkpointer, divergence=divergence) | {"sweep": info}
+                           checkpointer=checkpointer, divergence=divergence, donate=donate) | {"sweep": info}
                 for r in range(len(configs))]
 
     systems = [network.system(n, evaluator) for n in nets]
@@ -235,7 +238,7 @@ def train_networks(
         result = driver.train(system, data, num_steps=first.num_steps, eval_every=first.eval_every,
                               key=jax.random.PRNGKey(first.seed), progress=progress,
                               desc=desc or f"sweep of {len(configs)}", checkpointer=checkpointer,
-                              divergence=divergence)
+                              divergence=divergence, donate=donate)
     except driver.LossStop as stop:
         if stop.node is not None:
             stop.add_note(f"in the sweep: run {stop.node // first.num_nodes}, node {stop.node % first.num_nodes}")
@@ -251,7 +254,8 @@ def _split(result: dict, r: int, net: network.Network) -> dict:
 
 
 def _run_alone(net: network.Network, evaluator, state, data: NetworkData, r: int, *, progress: bool,
-               desc: str | None, checkpointer: Checkpointer | None, divergence: float | None) -> dict:
+               desc: str | None, checkpointer: Checkpointer | None, divergence: float | None,
+               donate: bool) -> dict:
     system = network.system(net, evaluator)._replace(init=lambda key: state)
     if checkpointer is not None:
         checkpointer = Checkpointer(checkpointer.directory / f"run_{r}", every=checkpointer.every,
@@ -260,7 +264,7 @@ def _run_alone(net: network.Network, evaluator, state, data: NetworkData, r: int
         result = driver.train(system, data, num_steps=net.config.num_steps, eval_every=net.config.eval_every,
                               key=jax.random.PRNGKey(net.config.seed), progress=progress,
                               desc=f"{desc or 'sweep'} run {r + 1}", checkpointer=checkpointer,
-                              divergence=divergence)
+                              divergence=divergence, donate=donate)
     except driver.LossStop as stop:
         stop.add_note(f"in the sweep: run {r}")
         raise

@@ -601,7 +601,7 @@ def probe_accuracies(key: jax.Array, train: tuple[np.ndarray, np.ndarray], valid
 
 
 def make_evaluator(dataset, *, metrics: Callable, probe_steps: Sequence[int], probe: ProbeConfig = DEFAULT_PROBE,
-                   metric_batch: int = 256, feature_batch: int = 1000, seed: int = 0) -> Callable:
+                   metric_batch: int = 256, feature_batch: int = 1000, seed: int | None = None) -> Callable:
     """The evaluator :func:`jaxcomm.network.train_network` calls between chunks.
 
     Every call measures the local objective (``metrics`` of every node on the same fixed batch of
@@ -617,7 +617,8 @@ def make_evaluator(dataset, *, metrics: Callable, probe_steps: Sequence[int], pr
       probe: the probes' :class:`ProbeConfig`.
       metric_batch: images of the fixed objective batch (the first of the validation split).
       feature_batch: images per feature-extraction call.
-      seed: of the fixed noise and the probes' shuffling.
+      seed: of the fixed noise and the probes' shuffling; None: the evaluated run's own seed
+        (``network.config.seed``), so every run of a sweep is evaluated as it would be alone.
 
     Returns:
       ``evaluator(network, state, steps_done, *, probe_now=None) -> dict`` with ``objective``
@@ -627,10 +628,10 @@ def make_evaluator(dataset, *, metrics: Callable, probe_steps: Sequence[int], pr
     require(len(dataset.validation.labels) > 0, "dataset.validation", "a non-empty split (early stopping)",
             len(dataset.validation.labels))
     images = jnp.asarray(dataset.validation.images[:metric_batch])
-    metric_key, probe_key = jax.random.split(jax.random.PRNGKey(seed))
     probe_steps = frozenset(int(s) for s in probe_steps)
 
     def evaluator(net, state, steps_done: int, *, probe_now: bool | None = None) -> dict:
+        metric_key, probe_key = _evaluation_keys(net.config.seed if seed is None else seed)
         values = population.to_host(_lifted(metrics, net.backend)(state.nodes, images, metric_key))
         out = {"objective": {k: float(np.mean(v)) for k, v in values.items()},
                "objective_nodes": {k: np.asarray(v, np.float64).tolist() for k, v in values.items()}}
@@ -646,6 +647,12 @@ def make_evaluator(dataset, *, metrics: Callable, probe_steps: Sequence[int], pr
         return out
 
     return evaluator
+
+
+@functools.lru_cache(maxsize=64)
+def _evaluation_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """The fixed noise's and the probes' keys of a run seeded ``seed``."""
+    return tuple(jax.random.split(jax.random.PRNGKey(seed)))
 
 
 @functools.cache

@@ -9,6 +9,9 @@ import tempfile
 # about a third faster and computes the same values (to float rounding; every test compares with a tolerance
 # or compares two runs built alike). Set before JAX starts its backend; scripts the tests start inherit it.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# "auto" backends read the shipped table in tests (tests/test_speed.py turns timing on in a folder of its own):
+# timing every new model would cost minutes and make the picks depend on the machine's load.
+os.environ["JAXCOMM_AUTOTUNE"] = "0"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -209,6 +209,40 @@ def test_checkpointed_resume_is_bit_identical(tmp_path):
     assert again["steps_done"] == 20 and strip(again["history"]) == strip(whole["history"])
 
 
+@pytest.mark.parametrize("step_loop", driver.STEP_LOOPS)
+def test_donated_chunks_give_the_same_run_with_one_copy_of_the_state(tmp_path, step_loop):
+    # The tracker keeps the params themselves (an alias of the state): donation must not take them away.
+    tracker = driver.Tracker(score=lambda r: r["val"], keep=lambda s: s["params"])
+    system = noisy_system()._replace(step_loop=step_loop)
+    run = lambda system=system, **kw: driver.train(system, None, num_steps=20, eval_every=4,  # noqa: E731
+                                                   key=jax.random.PRNGKey(3), tracker=tracker, progress=False, **kw)
+    plain, donated = run(), run(donate=True)
+    strip = lambda history: [{k: v for k, v in r.items() if k != "seconds"} for r in history]  # noqa: E731
+    assert strip(donated["history"]) == strip(plain["history"])
+    np.testing.assert_array_equal(donated["state"]["params"], plain["state"]["params"])
+    np.testing.assert_array_equal(donated["best"].kept, plain["best"].kept)
+    # a donated chunk consumes its input state: one copy on the device
+    state = noisy_system().init(jax.random.PRNGKey(0))
+    runner = driver.scan_steps if step_loop == "scan" else driver.dispatch_steps
+    runner(system.step, donate=True)(state, None, 2)
+    assert state["params"].is_deleted()
+    # interrupted after a donated chunk: the last whole chunk's state is saved and returned, resume is exact
+    evaluate = system.evaluate
+
+    def interrupt_at_12(state, infos, done):
+        if done == 12:
+            raise KeyboardInterrupt
+        return evaluate(state, infos, done)
+
+    with pytest.raises(driver.Interrupted, match="after 8 steps"):
+        run(system._replace(evaluate=interrupt_at_12), donate=True, checkpointer=Checkpointer(tmp_path, every=100))
+    interrupted = run(system._replace(evaluate=interrupt_at_12), donate=True)
+    assert interrupted["steps_done"] == 8 and np.all(np.isfinite(np.asarray(interrupted["state"]["params"])))
+    resumed = run(donate=True, checkpointer=Checkpointer(tmp_path, every=100, resume=True))
+    assert strip(resumed["history"]) == strip(plain["history"])
+    np.testing.assert_array_equal(resumed["state"]["params"], plain["state"]["params"])
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="eval_every >= 1"):
         driver.train(counter_system(), 1.0, num_steps=5, eval_every=0, key=jax.random.PRNGKey(0), progress=False)

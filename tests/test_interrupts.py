@@ -66,7 +66,7 @@ def run(args: list[str], **env: str) -> tuple[int, str, str]:
 def test_an_interrupted_experiment_exits_130_and_says_how_to_resume(tmp_path, signum):
     out = tmp_path / "out"
     proc = Process([*EXPERIMENT, "--out", str(out)])
-    proc.wait_for("n4_f0_s0:")  # the first network's progress bar: training has started
+    proc.wait_for("n4_f0:")  # the first sweep's progress bar: training has started
     time.sleep(1.0)
     proc.proc.send_signal(signum)
     status, _, err = proc.finish()

@@ -10,6 +10,7 @@ import pytest
 
 from jaxcomm import driver, network
 from jaxcomm.models import MLP
+from jaxcomm.models.cnn import StridedCNN
 
 MODEL = MLP(hidden=(12,), num_classes=4)
 
@@ -137,6 +138,49 @@ def test_train_network_records_history(tiny_dataset):
     assert final["collective_accuracy"]["mean"] > 40  # 4 classes, learnable: well above chance
 
 
+def test_several_eval_splits_are_each_split_evaluated_alone(tiny_dataset):
+    # One prediction pass over test + validation gives each split's metrics exactly as evaluating it alone.
+    dataset = tiny_dataset._replace(validation=tiny_dataset.train._replace(images=tiny_dataset.train.images[:37],
+                                                                           labels=tiny_dataset.train.labels[:37]))
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=8, num_steps=20, eval_every=10)
+    out = network.train_network(config, MODEL, dataset, eval_split=("test", "validation"), progress=False)
+    for name in ("test", "validation"):
+        alone = network.accuracy_evaluator(getattr(dataset, name))(out["network"], out["state"], 20)
+        got = out["final"] if name == "test" else out["final"]["validation"]
+        assert {k: got[k] for k in alone} == alone, name
+    assert out["final"]["validation"]["avg_accuracy"] != out["final"]["avg_accuracy"]
+    # an empty split is left out; a name that is no split is refused
+    empty = network.split_evaluator(tiny_dataset, ("test", "validation"))(out["network"], out["state"], 20)
+    assert "validation" not in empty and empty["avg_accuracy"] == out["final"]["avg_accuracy"]
+    with pytest.raises(ValueError, match="'valid' is not a split"):
+        network.split_evaluator(dataset, ("test", "valid"))
+
+
+@pytest.mark.parametrize("model", [MODEL, StridedCNN(widths=(4, 8), num_classes=4, hidden=8, norm="batch")],
+                         ids=["mlp", "cnn_batchnorm"])
+def test_bfloat16_compute_trains_like_float32_with_float32_state(tiny_dataset, model):
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=16, num_steps=60, eval_every=20,
+                                   learning_rate=3e-3)
+    f32 = network.train_network(config, model, tiny_dataset, progress=False)
+    bf16 = network.train_network(config.replace(compute_dtype="bfloat16"), model, tiny_dataset, progress=False)
+    # parameters, model state and Adam's moments stay float32; the matmuls and convolutions run in bfloat16
+    for leaf in jax.tree.leaves(bf16["state"].nodes):
+        assert leaf.dtype != jnp.bfloat16
+    assert {leaf.dtype for leaf in jax.tree.leaves(bf16["state"].nodes.params)} == {jnp.dtype(jnp.float32)}
+    net, data = bf16["network"], network.network_data(tiny_dataset, config)
+    jaxpr = str(jax.make_jaxpr(net.step)(net.init(jax.random.PRNGKey(0)), data))
+    assert "bf16" in jaxpr and "bf16" not in str(jax.make_jaxpr(f32["network"].step)(
+        f32["network"].init(jax.random.PRNGKey(0)), data))
+    # the same run within bfloat16's tolerance: losses at every evaluation, final accuracies
+    for a, b in zip(f32["history"], bf16["history"], strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=0.1, abs=0.05)
+        assert abs(b["avg_accuracy"] - a["avg_accuracy"]) <= 6.0
+    assert bf16["final"]["avg_accuracy"] > 40  # it learns (4 classes)
+    program = network.classifier_program(config, model, image_shape=(8, 8, 1), num_classes=4)
+    with pytest.raises(ValueError, match="compute_dtype='bfloat16' applies to Flax classifiers"):
+        network.make_network(config.replace(compute_dtype="bfloat16"), program, image_shape=(8, 8, 1), num_classes=4)
+
+
 @pytest.mark.parametrize("overrides,match", [
     ({"num_neighbours": 4}, r"num_neighbours must be an integer in \[0, num_nodes - 1\] = \[0, 3\]"),
     ({"num_neighbours": -1}, "num_neighbours"),
@@ -155,6 +199,7 @@ def test_train_network_records_history(tiny_dataset):
     ({"eval_every": 0}, "eval_every"),
     ({"rebroadcast": "yes"}, "rebroadcast must be True or False"),
     ({"lr_schedule": "step"}, r"lr_schedule must be one of \('constant', 'cosine'\)"),
+    ({"compute_dtype": "float16"}, r"compute_dtype must be one of \('float32', 'bfloat16'\)"),
 ])
 def test_bad_config_fails_on_construction(overrides, match):
     fields = {"num_nodes": 4, "num_neighbours": 2} | overrides

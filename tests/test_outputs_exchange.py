@@ -273,11 +273,13 @@ def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
         assert {f: getattr(config, f) for f in recipe_fields} == dataclasses.asdict(recipes.PRESETS[name]()), name
     changed = harness_cli.apply_overrides(oe.cpu_config(), ["learning_rate=0.001", "study_steps=10"])
     assert (changed.learning_rate, changed.study_steps) == (0.001, 10)
-    # The cpu preset is the committed run's config but for what came with sweeps: the committed run predates
-    # seeds (one seed, no num_seeds field); the preset now runs 3 seeds per cell, with the study budget to match.
+    # The cpu preset is the committed run's config but for what came with sweeps and the validation split: the
+    # committed run predates seeds (one seed, no num_seeds field) and held no validation split out; the preset
+    # now runs 3 seeds per cell, with the study budget to match, and holds out the last 5,000 training images.
     committed = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())["config"]
     preset = json.loads(json.dumps(dataclasses.asdict(oe.cpu_config())))
     assert (preset.pop("num_seeds"), committed.get("num_seeds", 1)) == (3, 1)
+    assert (preset.pop("validation_size"), committed.get("validation_size", 0)) == (5000, 0)
     assert (preset.pop("time_budget_s"), committed.pop("time_budget_s")) == (7200.0, 3240.0)
     assert preset == committed
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import types
 
+import numpy as np
 import pytest
 
 from jaxcomm import bandwidth, network, recipes
@@ -101,6 +102,27 @@ def test_summarize_by_hand():
     ring = dataclasses.replace(config, topology="ring", num_neighbours=3)
     assert recipes.summarize(out | {"network": types.SimpleNamespace(config=ring, message_bytes=168)},
                              num_params=1000)["num_neighbours"] == 3
+
+
+def test_validation_accuracies_are_summarised_and_averaged_over_seeds():
+    config = chapter2_network()
+    final = {"avg_accuracy": 50.0, "collective_accuracy": {"negentropy": 60.0}, "node_accuracies": [40.0, 60.0],
+             "counters": {"sent": 90}, "loss": 1.0,
+             "validation": {"avg_accuracy": 52.0, "collective_accuracy": {"negentropy": 61.0}}}
+    out = {"network": types.SimpleNamespace(config=config, message_bytes=168), "final": final,
+           "history": [{"consumed_fraction": 0.5}], "steps_done": 100, "train_seconds": 1.0}
+    one = recipes.summarize(out, num_params=1000)
+    assert (one["validation_avg_accuracy"], one["validation_collective_accuracy"]) == (52.0, 61.0)
+    final2 = final | {"validation": {"avg_accuracy": 56.0, "collective_accuracy": {"negentropy": 61.0}}}
+    two = recipes.summarize(out | {"final": final2}, num_params=1000)
+    seeds = recipes.summarize_seeds([one, two], [0, 1])
+    # mean (52 + 56) / 2 = 54, sample sd sqrt(2 x 2^2 / 1) = 2.83; the test numbers are the same for both seeds
+    assert seeds["validation_avg_accuracy"] == 54.0
+    assert seeds["validation_avg_accuracy_sd"] == pytest.approx(2 * np.sqrt(2))
+    assert (seeds["validation_collective_accuracy_sd"], seeds["avg_accuracy_sd"]) == (0.0, 0.0)
+    without = recipes.summarize(out | {"final": {k: v for k, v in final.items() if k != "validation"}},
+                                num_params=1000)
+    assert "validation_avg_accuracy_sd" not in recipes.summarize_seeds([without], [0])
 
 
 def test_bytes_per_node_step_and_gossip_bytes_by_hand():

@@ -118,7 +118,8 @@ def fake_summary():
                 **{f"{pair}_node_steps_per_s": v for pair, v in speeds.items()}}
 
     return {"rows": {
-        "student_n8": row("student", 8, vmap_scan=30.0, vmap_dispatch=8.0, unrolled_scan=10.0, map_scan=20.0),
+        "student_n8": row("student", 8, sharded_scan=90.0, vmap_scan=30.0, vmap_dispatch=8.0, unrolled_scan=10.0,
+                          map_scan=20.0),
         "student_n256": row("student", 256, vmap_scan=5.0, map_scan=9.0),
         "teacher_n8": row("teacher", 8, vmap_scan=5.0, vmap_dispatch=6.0, unrolled_dispatch=7.0),
         "cnn_n4": row("cnn", 4, vmap_dispatch=1.0, unrolled_dispatch=5.0, sharded_dispatch=2.0),
@@ -137,7 +138,7 @@ def test_choices_round_trip_and_nearest_row(tmp_path, monkeypatch):
     assert written["cpu"]["conv"] == [{"num_nodes": 4, "batch_size": 32, "ranking": [
         ["unrolled", "dispatch"], ["sharded", "dispatch"], ["vmap", "dispatch"]]}]
     choose = lambda family, n, **kw: speed.choose(family, n, platform="cpu", **kw)
-    assert choose("mlp", 8) == ("vmap", "scan")
+    assert choose("mlp", 8) == ("vmap", "scan")  # sharded inside a scan, though measured fastest, is skipped
     assert choose("mlp", 4) == ("vmap", "scan")  # nearest measured: 8
     assert choose("mlp", 1024) == ("map", "scan")  # nearest measured: 256
     assert choose("wide_mlp", 8) == ("unrolled", "dispatch")
@@ -145,7 +146,9 @@ def test_choices_round_trip_and_nearest_row(tmp_path, monkeypatch):
     # A fixed half of the pair is honoured: the fastest pair consistent with it.
     assert choose("wide_mlp", 8, backend="vmap") == ("vmap", "dispatch")
     assert choose("mlp", 8, step_loop="dispatch") == ("vmap", "dispatch")
-    assert choose("mlp", 8, backend="sharded") == ("sharded", "scan")  # unmeasured: the rule of thumb
+    # sharded goes with one call per step unless a scan is asked for (in a scan it collapsed on one GPU)
+    assert choose("mlp", 8, backend="sharded") == ("sharded", "dispatch")  # unmeasured: the rule of thumb
+    assert choose("mlp", 8, backend="sharded", step_loop="scan") == ("sharded", "scan")
     # Past the unroll limit the next-ranked pair is used, unless unrolling was asked for.
     assert choose("conv", 2 * speed.UNROLL_LIMIT) == ("sharded", "dispatch")
     assert choose("conv", 2 * speed.UNROLL_LIMIT, backend="unrolled") == ("unrolled", "dispatch")
@@ -176,6 +179,74 @@ def test_network_resolves_auto_and_honours_overrides():
     assert forced.backend == "map" and forced.step_loop == "dispatch"
     with pytest.raises(ValueError, match="step_loop must be one of"):
         network.NetworkConfig(step_loop="python")
+
+
+def test_candidates_follow_the_fixed_half_the_unroll_limit_and_the_devices():
+    assert speed.candidates(4, devices=1) == [("vmap", "scan"), ("vmap", "dispatch"), ("unrolled", "scan"),
+                                              ("unrolled", "dispatch"), ("map", "scan"), ("map", "dispatch")]
+    assert speed.candidates(4, backend="map", devices=1) == [("map", "scan"), ("map", "dispatch")]
+    assert ("unrolled", "scan") not in speed.candidates(2 * speed.UNROLL_LIMIT, devices=1)
+    # sharded: several devices dividing N, one call per step unless a scan is asked for
+    assert ("sharded", "dispatch") in speed.candidates(16, devices=8)
+    assert ("sharded", "scan") not in speed.candidates(16, devices=8)
+    assert ("sharded", "dispatch") not in speed.candidates(12, devices=8)
+    assert speed.candidates(16, backend="sharded", step_loop="scan", devices=1) == [("sharded", "scan")]
+
+
+def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkeypatch):
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    calls = []
+
+    def seconds(backend, step_loop):
+        calls.append((backend, step_loop))
+        if backend == "unrolled":
+            raise RuntimeError("this model cannot unroll")  # a failing candidate is skipped
+        return {("map", "dispatch"): 1.0}.get((backend, step_loop), 2.0)
+
+    timer = speed.Timer("a model", seconds)
+    assert speed.choose("mlp", 4, timer=timer) == ("map", "dispatch")
+    assert sorted(calls) == sorted(speed.candidates(4))
+    cached = json.loads((tmp_path / "choices.json").read_text())["a model"]
+    assert cached["seconds_per_step"]["map/dispatch"] == 1.0 and cached["seconds_per_step"]["vmap/scan"] == 2.0
+    assert cached["failed"] == ["unrolled/dispatch", "unrolled/scan"]
+    calls.clear()
+    assert speed.choose("mlp", 4, timer=timer) == ("map", "dispatch") and calls == []  # cached: no timing
+    # a fixed half narrows the candidates to pairs already measured; the fully automatic choice is unchanged
+    assert speed.choose("mlp", 4, timer=timer, backend="vmap") == ("vmap", "scan")
+    assert speed.choose("mlp", 4, timer=timer, backend="vmap", step_loop="dispatch") == ("vmap", "dispatch")
+    assert speed.choose("mlp", 4, timer=timer) == ("map", "dispatch") and calls == []
+    # both unrolled pairs failed: the shipped table decides (no timing again)
+    assert speed.choose("mlp", 4, timer=timer, backend="unrolled") == speed.choose("mlp", 4, backend="unrolled")
+    assert calls == []
+    # asked not to measure: the shipped table / rule of thumb, no timing
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "0")
+    calls.clear()
+    assert speed.choose("mlp", 4, timer=timer, platform="cpu") == speed.choose("mlp", 4, platform="cpu")
+    assert calls == []
+
+
+def test_a_network_measures_its_own_model_where_it_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    make = lambda model, **kw: network.make_network(  # noqa: E731
+        network.NetworkConfig(num_nodes=3, batch_size=4, **kw), model, image_shape=(8, 8, 1), num_classes=4)
+    net = make(MLP(hidden=(8,), num_classes=4))
+    cache = json.loads((tmp_path / "choices.json").read_text())
+    (key, entry), = cache.items()
+    assert key.startswith("cpu|") and key.endswith("|N=3")
+    seconds = entry["seconds_per_step"]
+    assert set(seconds) == {f"{b}/{s}" for b, s in speed.candidates(3)}
+    assert f"{net.backend}/{net.step_loop}" == min(seconds, key=seconds.get)
+    assert all(t > 0 for t in entry["seconds_per_step"].values())
+    # the same model at another learning rate is the same model; another width is another
+    make(MLP(hidden=(8,), num_classes=4), learning_rate=0.1)
+    assert len(json.loads((tmp_path / "choices.json").read_text())) == 1
+    make(MLP(hidden=(16,), num_classes=4))
+    assert len(json.loads((tmp_path / "choices.json").read_text())) == 2
+    # a fixed pair is not timed
+    make(MLP(hidden=(24,), num_classes=4), backend="vmap", step_loop="scan")
+    assert len(json.loads((tmp_path / "choices.json").read_text())) == 2
 
 
 BENCHMARK = ROOT / "results" / "benchmark" / "summary.json"

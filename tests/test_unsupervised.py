@@ -378,8 +378,11 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     stages = list(ue.smoke_config().probe_steps)
     for name, row in summary["rows"].items():
         family, nodes, communicate = ue.ROWS[name]
-        assert {"avg_accuracy", "collective_accuracy", "best_step"} <= set(row), name
-        assert 0 <= row["avg_accuracy"] <= 100 and row["best_step"] in stages
+        assert {"avg_accuracy", "collective_accuracy", "best_steps", "avg_accuracy_sd"} <= set(row), name
+        # two seeds, one sweep: the row is their mean, each seed's row kept
+        assert row["seeds"] == [0, 1] and len(row["per_seed"]) == 2 and set(row["best_steps"]) <= set(stages)
+        assert row["avg_accuracy"] == pytest.approx(np.mean([p["avg_accuracy"] for p in row["per_seed"]]))
+        assert 0 <= row["avg_accuracy"] <= 100
         assert (row["collective_accuracy"] is None) == (nodes == 1), name
         assert 0 <= row["untrained_avg_accuracy"] <= 100, name  # the control: probes of the untrained encoders
         assert (row["untrained_collective_accuracy"] is None) == (nodes == 1), name
@@ -421,8 +424,22 @@ def test_report_tables_the_runs_in_variants_by_their_overrides(smoke, tmp_path):
 def test_the_reported_stage_is_the_best_by_validation(smoke):
     _, summary = smoke
     for name, row in summary["rows"].items():
-        best = max(row["stages"], key=lambda s: (s["val_avg_accuracy"], -s["step"]))
-        assert row["best_step"] == best["step"] and row["avg_accuracy"] == pytest.approx(best["avg_accuracy"]), name
+        for seed in row["per_seed"]:
+            best = max(seed["stages"], key=lambda s: (s["val_avg_accuracy"], -s["step"]))
+            assert seed["best_step"] == best["step"], name
+            assert seed["avg_accuracy"] == pytest.approx(best["avg_accuracy"]), name
+
+
+def test_a_seed_of_the_sweep_equals_its_run_alone(smoke, tmp_path):
+    _, summary = smoke
+    name = "vae_10_nodes_full_comm"
+    assert ue.cli(["--preset", "smoke", "--out", str(tmp_path), f"rows={name}", "seed=1", "num_seeds=1"]) == 0
+    alone = json.loads((tmp_path / "summary.json").read_text())["rows"][name]
+    in_sweep = summary["rows"][name]["per_seed"][1]
+    assert in_sweep["counters"] == alone["counters"]
+    for key in ("avg_accuracy", "collective_accuracy", "val_avg_accuracy"):
+        assert in_sweep[key] == pytest.approx(alone[key], abs=1e-3), key
+    assert in_sweep["final_objective"] == pytest.approx(alone["final_objective"], rel=1e-4)
 
 
 BAD = [
@@ -486,20 +503,21 @@ def test_experiment_config_holds_the_library_config():
     assert issubclass(ue.UnsupervisedExchangeConfig, unsupervised.UnsupervisedConfig)
     own = set(ue.UnsupervisedExchangeConfig.__annotations__)
     assert own == {"dataset", "data_dir", "validation_size", "probe_every", "probe_untrained", "objective_batch",
-                   "num_pictures", "rows"}
+                   "num_pictures", "rows", "num_seeds"}
     assert not library & own  # nothing restated
     as_json = lambda config: json.loads(json.dumps(dataclasses.asdict(config)))
     committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "unsupervised_exchange"
     cpu = as_json(ue.cpu_config())
     recorded = json.loads((committed / "summary.json").read_text())["config"]
-    # The table's run predates the discriminator's three options, all at their defaults (off) ever since.
-    later = {"disc_learning_rate": 0.0, "disc_real_label": 1.0, "disc_spectral_norm": False}
+    # The table's run predates the discriminator's three options, all at their defaults (off) ever since, and
+    # seeds (one seed; the preset now runs 3, each row one sweep).
+    later = {"disc_learning_rate": 0.0, "disc_real_label": 1.0, "disc_spectral_norm": False, "num_seeds": 3}
     assert {k: cpu[k] for k in recorded} == recorded and {k: v for k, v in cpu.items() if k not in recorded} == later
-    # Every variant's config is the config rebuilt from it: the same keys and values.
+    # Every variant's config is the config rebuilt from it: the same keys and values (and num_seeds, newer).
     for summary in sorted(committed.glob("variants/*/summary.json")):
         config = json.loads(summary.read_text())["config"]
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-        assert as_json(ue.UnsupervisedExchangeConfig(**fields)) == config, summary
+        assert as_json(ue.UnsupervisedExchangeConfig(**fields)) == config | {"num_seeds": 3}, summary
     config = harness_cli.apply_overrides(ue.smoke_config(), ["disc_hidden=16", "probe_every=4"])
     assert (config.disc_hidden, config.probe_every, type(config)) == (16, 4, ue.UnsupervisedExchangeConfig)
 

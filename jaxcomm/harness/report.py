@@ -33,6 +33,14 @@ def cell(value: Any, digits: int = 1, missing: str = "-") -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def mean_sd_cell(row: dict, key: str, digits: int = 1, missing: str = "-") -> str:
+    """``row[key]`` as "mean ± sd" when the row averages several seeds (``per_seed``, ``{key}_sd``), else
+    :func:`cell` of the value (single-seed runs)."""
+    if len(row.get("per_seed") or ()) > 1 and row.get(f"{key}_sd") is not None and row.get(key) is not None:
+        return f"{cell(row[key], digits)} ± {cell(row[f'{key}_sd'], digits)}"
+    return cell(row.get(key), digits, missing)
+
+
 def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:
     """Writes ``table.md``: the generated ``table`` plus the hand-written ``notes.md`` beside it, if any.
 
