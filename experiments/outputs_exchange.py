@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import bandwidth, data, decision, network, recipes, sweep
+from jaxcomm import bandwidth, data, decision, exchange, network, recipes, sweep
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
@@ -490,18 +490,7 @@ def table_markdown(summary: dict) -> str:
         w = row["collective_accuracy_by_weighting"]
         lines.append(f"| {name} | {_num(row['avg_accuracy'])} | {_num(w['negentropy'])} | {_num(w['entropy'])} | "
                      f"{_num(w['mean'])} | {_num(w['vote'])} | {w['entropy'] - w['negentropy']:+.2f} |")
-    lines += ["", "## Bandwidth per node and step", "",
-              "Measured: inbox `sent` counter (one copy per receiver) x bytes of one message (int32 indices + "
-              "payload: uint8 class ids for true labels, float32 logits or features, 8-byte header) / (N x steps). "
-              "All-reduce: a synchronous ring all-reduce of the same CNN's float32 gradients, "
-              "2 (N-1)/N x 4 x num_params bytes sent per node and step.", "",
-              "| row | params | message bytes | sent copies | measured bytes / node / step | all-reduce bytes / node / "
-              "step | ratio |", "|---|---|---|---|---|---|---|"]
-    for name, row in rows.items():
-        sent, allred = row["bytes_sent_per_node_step"], row["allreduce_bytes_per_node_step"]
-        ratio = f"{allred / sent:,.0f}x less" if sent > 0 and allred > 0 else "-"
-        lines.append(f"| {name} | {row['num_params']:,} | {row['message_bytes']:,} | {row['counters']['sent']:,.0f} | "
-                     f"{sent:,.1f} | {allred:,.0f} | {ratio} |")
+    lines += bandwidth_markdown(summary)
     studies = summary.get("studies") or []
     if studies:
         lines += ["", f"## Configuration studies (§2.3.1): {config['study_steps']:,} steps each, channels "
@@ -528,6 +517,48 @@ def table_markdown(summary: dict) -> str:
     lines += other_recipes_markdown(summary)
     lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
     return "\n".join(lines)
+
+
+SAMPLE_BYTES = {"cifar10": 32 * 32 * 3, "mnist": 28 * 28, "mnist_sample": 28 * 28}
+"""Bytes of one uint8 input image, for summaries written before messages counted their inputs."""
+
+
+def message_bytes_of(row: dict, config: dict, dataset: str) -> tuple[int, int]:
+    """``(private, shared)`` bytes of one message of ``row``: with its images, with their indices. Summaries from
+    before the data was counted (no ``data_model``) recorded the shared figure; the images are added here."""
+    if row.get("data_model") == "private":
+        return row["message_bytes"], row["message_bytes_shared"]
+    shared = row.get("message_bytes_shared", row["message_bytes"])
+    b = config["batch_size"]
+    return (shared - b * exchange.INDEX_BYTES + b * SAMPLE_BYTES[dataset] if shared else 0), shared
+
+
+def bandwidth_markdown(summary: dict) -> list[str]:
+    """The bytes table under both data models (:data:`jaxcomm.exchange.DATA_MODELS`) beside a ring all-reduce."""
+    rows, config = summary["rows"], summary["config"]
+    dataset = summary.get("dataset") or config["dataset"]
+    image = SAMPLE_BYTES[dataset]
+    lines = ["", "## Bandwidth per node and step, under both data models", "",
+             f"A message is the minibatch a node trained on plus its payload (uint8 class ids for true labels, "
+             f"float32 logits or features) and an 8-byte header. **private** (the thesis, §2.2.2.1: every shard is "
+             f"distinct and exclusive, so the receiver cannot look the samples up): the {config['batch_size']} "
+             f"images travel, as the uint8 arrays the simulator holds ({image:,} B each). **shared** (every node "
+             "holds the whole dataset, as codistillation assumes): int32 indices travel instead; the figure these "
+             "tables printed before the data was counted. Measured: inbox `sent` counter (one copy per receiver) x "
+             "message bytes / (N x steps). All-reduce: a synchronous ring all-reduce of the same CNN's float32 "
+             "gradients, 2 (N-1)/N x 4 x num_params bytes sent per node and step.", "",
+             "| row | params | sent copies | message B, private | message B, shared | B / node / step, private | "
+             "B / node / step, shared | all-reduce B / node / step | all-reduce / private | all-reduce / shared |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        messages = message_bytes_of(row, config, dataset)
+        allred = row["allreduce_bytes_per_node_step"]
+        sent = [row["counters"]["sent"] * m / (row["nodes"] * row["steps"]) for m in messages]
+        ratios = [f"{allred / b:,.0f}x less" if b and allred else "-" for b in sent]
+        lines.append(f"| {name} | {row['num_params']:,} | {row['counters']['sent']:,.0f} | {messages[0]:,.0f} | "
+                     f"{messages[1]:,.0f} | {sent[0]:,.1f} | {sent[1]:,.1f} | {allred:,.0f} | {ratios[0]} | "
+                     f"{ratios[1]} |")
+    return lines
 
 
 def seeds_of(runs: list[dict]) -> str | None:

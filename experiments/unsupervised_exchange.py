@@ -291,7 +291,7 @@ def _run_row(name: str, out: dict, before: dict, *, program: network.NodeProgram
     row.update({
         "family": ROWS[name][0], "nodes": nodes, "communication": net.content != "none", "steps": out["steps_done"],
         "consume_prob": net.consume_prob, "broadcast_prob": net.broadcast_prob, "num_params": num_params(program),
-        "payload_dim": program.payload_dim, "message_bytes": message,
+        "payload_dim": program.payload_dim, "message_bytes": message, "data_model": net.data_model,
         "bytes_sent_per_node_step": counters["sent"] * message / (nodes * max(out["steps_done"], 1)),
         "counters": counters, "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
         "initial_objective": initial, "final_objective": history[-1]["objective"],
@@ -524,7 +524,13 @@ def table_markdown(summary: dict) -> str:
             w = row["collective_accuracy_by_weighting"]
             lines.append(f"| {name} | {_num(row['avg_accuracy'])} | {_num(w['negentropy'])} | {_num(w['entropy'])} | "
                          f"{_num(w['mean'])} | {_num(w['vote'])} |")
+    models = {row.get("data_model", "shared") for row in rows.values()}
     lines += ["", "## Local objective at the last step (fixed validation batch, mean over nodes) and cost", "",
+              ("Message bytes under the private data model: the minibatch's uint8 images travel with the features."
+               if models == {"private"} else
+               "Message bytes under the shared data model (int32 indices instead of images; written before messages "
+               f"counted their inputs): under the thesis' private shards each message also carries its "
+               f"{config['batch_size']} uint8 images."), "",
               "| row | objective | params / node | message bytes | bytes sent / node / step | train s | probe s |",
               "|---|---|---|---|---|---|---|"]
     for name, row in rows.items():

@@ -42,6 +42,10 @@ from jaxcomm.validation import is_real, require
 CONTENTS = ("none", "true_labels", "logits", "features")
 INDEX_BYTES = 4  # a sample index as int32
 HEADER_BYTES = 8  # sender id and step
+DATA_MODELS = ("private", "shared")
+"""What a receiver holds of the sender's data. "private" (the thesis, §2.2.2.1: shards are distinct and
+exclusive): a message must carry its inputs. "shared" (every node holds the whole dataset, as
+codistillation assumes): sample indices suffice."""
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -83,11 +87,22 @@ class Exchange(NamedTuple):
         return self.outgoing is not None
 
 
-def message_bytes(exchange: Exchange, batch_size: int, payload_dim: int) -> int:
-    """Bytes of one message: int32 sample indices, the payload and an 8-byte header (0 if nothing is sent)."""
+def message_bytes(exchange: Exchange, batch_size: int, payload_dim: int, *, sample_bytes: int,
+                  data_model: str = "private") -> int:
+    """Bytes of one message on the wire: its inputs, the payload and an 8-byte header (0 if nothing is sent).
+
+    Args:
+      exchange: what the message carries besides its inputs.
+      batch_size: B, samples per message.
+      payload_dim: D.
+      sample_bytes: bytes of one input as the simulator holds it (a uint8 CIFAR-10 image: 3,072).
+      data_model: one of :data:`DATA_MODELS`: "private" sends the B inputs, "shared" their int32 indices.
+    """
+    require(data_model in DATA_MODELS, "data_model", f"one of {DATA_MODELS}", data_model)
     if not exchange.sends:
         return 0
-    return batch_size * INDEX_BYTES + int(exchange.payload_bytes(batch_size, payload_dim)) + HEADER_BYTES
+    inputs = batch_size * (sample_bytes if data_model == "private" else INDEX_BYTES)
+    return inputs + int(exchange.payload_bytes(batch_size, payload_dim)) + HEADER_BYTES
 
 
 def none() -> Exchange:

@@ -115,6 +115,9 @@ class NetworkConfig:
         training minibatch, local or consumed (CIFAR-style augmentation).
       inbox_on_failure: "keep" (a failed node finds its inbox as it left it) or
         "lose" (its pending messages are dropped and counted as such).
+      data_model: one of :data:`jaxcomm.exchange.DATA_MODELS`, for the bytes a message costs:
+        "private" (the thesis' exclusive shards: the minibatch's images travel, as the uint8 arrays
+        held) or "shared" (every node holds the dataset: only indices travel). Training is the same.
       gossip_every: k > 0 makes every node replace its parameters and model state,
         every k steps, by the average of its own and its in-neighbours' (gossip
         averaging over the same graph, :func:`jaxcomm.topology.mixing_matrix`);
@@ -149,6 +152,7 @@ class NetworkConfig:
     failure_steps: float = 100.0
     failure_schedule: tuple = ()
     inbox_on_failure: str = "keep"
+    data_model: str = "private"
     gossip_every: int = 0
     num_steps: int = 1000
     eval_every: int = 100
@@ -200,6 +204,8 @@ class NetworkConfig:
             "integer triples", self.failure_schedule)
         require(self.inbox_on_failure in INBOX_ON_FAILURE, "inbox_on_failure", f"one of {INBOX_ON_FAILURE}",
                  self.inbox_on_failure)
+        require(self.data_model in exchanges.DATA_MODELS, "data_model", f"one of {exchanges.DATA_MODELS}",
+                self.data_model)
         require(is_int(self.gossip_every) and self.gossip_every >= 0, "gossip_every",
                  "an integer >= 0 (0: no gossip averaging)", self.gossip_every)
         require(is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
@@ -486,7 +492,8 @@ class Network:
       backend: the lift's backend ("auto" resolved).
       step_loop: "scan" or "dispatch" ("auto" resolved).
       exchange: what messages carry.
-      message_bytes: bytes of one message on the wire (:func:`jaxcomm.exchange.message_bytes`).
+      message_bytes: bytes of one message on the wire under the config's ``data_model``
+        (:func:`jaxcomm.exchange.message_bytes`; uint8 images).
       family: the speed family the backend was chosen for.
     """
 
@@ -675,7 +682,8 @@ def make_network(
         return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
 
     return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange,
-                   exchanges.message_bytes(exchange, b, payload_dim), family)
+                   exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=int(np.prod(image_shape)),
+                                           data_model=config.data_model), family)
 
 
 def shards_of(labels: np.ndarray, config: NetworkConfig):
@@ -806,8 +814,11 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
     def evaluate_(state: NetworkState, infos: StepInfo, steps_done: int) -> dict:
         metrics = evaluator(network, state, steps_done)
         infos = population.to_host(infos)
+        counters = counter_totals(state)
         return {"loss": float(np.mean(infos.loss)), "consumed_fraction": float(np.mean(infos.consumed)),
-                "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counter_totals(state)}
+                "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counters,
+                # every copy sent so far, under the config's data model
+                "bytes_sent": counters["sent"] * network.message_bytes}
 
     return driver.System(network.init, network.step, evaluate_, losses=lambda infos: infos.loss,
                          summarize=summarize_info,

@@ -37,7 +37,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from jaxcomm import bandwidth, data, inbox, network, population, stats
+from jaxcomm import bandwidth, data, exchange, inbox, network, population, stats
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import NORMS, StridedCNN
 from jaxcomm.validation import integer, one_of, positive, probability, require, widths
@@ -234,12 +234,16 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
       :func:`jaxcomm.bandwidth.bytes_per_node_step`), ``message_bytes`` (one message,
       :func:`jaxcomm.exchange.message_bytes`), ``allreduce_bytes_per_node_step`` (a ring all-reduce of
       the gradients, :func:`jaxcomm.bandwidth.allreduce_bytes`), ``num_params``, ``counters``;
+      ``data_model`` (of the bytes), ``message_bytes_shared`` and ``bytes_sent_per_node_step_shared``
+      (the same messages with indices for inputs, the "shared" data model);
       ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (training, 0.1 s); when the
       records hold a ``validation`` evaluation (``eval_split=("test", "validation")``),
       ``validation_avg_accuracy`` and ``validation_collective_accuracy`` (negentropy) at the final step.
     """
     net, history, final = out["network"], out["history"], out["final"]
     config = net.config
+    shared_bytes = exchange.message_bytes(net.exchange, config.batch_size, net.payload_dim, sample_bytes=0,
+                                          data_model="shared")
     return {
         "nodes": config.num_nodes, "content": config.content, "topology": config.topology,
         "num_neighbours": config.num_neighbours if config.topology != "full" else config.num_nodes - 1,
@@ -252,7 +256,10 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
         "steps": out["steps_done"],
         "bytes_sent_per_node_step": bandwidth.bytes_per_node_step(
             final["counters"]["sent"], net.message_bytes, num_nodes=config.num_nodes, steps=out["steps_done"]),
-        "message_bytes": net.message_bytes,
+        "message_bytes": net.message_bytes, "data_model": config.data_model,
+        "message_bytes_shared": shared_bytes,
+        "bytes_sent_per_node_step_shared": bandwidth.bytes_per_node_step(
+            final["counters"]["sent"], shared_bytes, num_nodes=config.num_nodes, steps=out["steps_done"]),
         "allreduce_bytes_per_node_step": bandwidth.allreduce_bytes(config.num_nodes, num_params),
         "num_params": num_params, "counters": final["counters"],
         "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
@@ -297,7 +304,7 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
             continue
         values = [s[key] for s in summaries]
         out[f"{key}_sd"] = stats.mean_sd(values)[1] if None not in values else 0.0
-    for key in ("nodes", "steps", "num_params", "message_bytes"):  # the same for every seed: stay integers
+    for key in ("nodes", "steps", "num_params", "message_bytes", "message_bytes_shared"):  # the same per seed
         if key in summaries[0]:
             out[key] = summaries[0][key]
     return out | {"seeds": list(seeds), "per_seed": [dict(s) for s in summaries]}

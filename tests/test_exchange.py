@@ -94,10 +94,35 @@ def test_bad_graphs_are_refused_before_training(tiny_dataset, graph, message):
 
 
 def test_message_bytes_by_hand():
-    assert exchange.message_bytes(exchange.none(), 32, 10) == 0
-    assert exchange.message_bytes(exchange.true_labels(), 32, 10) == 32 * 4 + 32 + 8  # indices + uint8 ids + header
-    assert exchange.message_bytes(exchange.soft_labels(2.0), 32, 10) == 32 * 4 + 32 * 10 * 4 + 8
-    assert exchange.message_bytes(exchange.features(), 32, 64) == 32 * 4 + 32 * 64 * 4 + 8
+    # private shards (the thesis): the 32 uint8 CIFAR-10 images travel, 32 x 3,072 = 98,304 B
+    private = lambda ex, dim: exchange.message_bytes(ex, 32, dim, sample_bytes=3072)  # noqa: E731
+    assert private(exchange.none(), 10) == 0
+    assert private(exchange.true_labels(), 10) == 98_304 + 32 + 8  # images + uint8 ids + header
+    assert private(exchange.soft_labels(2.0), 10) == 98_304 + 32 * 10 * 4 + 8
+    assert private(exchange.features(), 64) == 98_304 + 32 * 64 * 4 + 8
+    # shared data: int32 indices instead of the images
+    shared = lambda ex, dim: exchange.message_bytes(ex, 32, dim, sample_bytes=3072, data_model="shared")  # noqa: E731
+    assert shared(exchange.none(), 10) == 0
+    assert shared(exchange.true_labels(), 10) == 32 * 4 + 32 + 8
+    assert shared(exchange.soft_labels(2.0), 10) == 32 * 4 + 32 * 10 * 4 + 8
+    assert shared(exchange.features(), 64) == 32 * 4 + 32 * 64 * 4 + 8
+    with pytest.raises(ValueError, match="data_model must be one of"):
+        exchange.message_bytes(exchange.true_labels(), 32, 10, sample_bytes=1, data_model="public")
+
+
+def test_every_record_counts_the_bytes_sent_under_the_data_model(tiny_dataset):
+    # tiny images are 8 x 8 x 1 uint8: a true-label message of B = 8 costs 8 x 64 + 8 + 8 = 528 B private,
+    # 8 x 4 + 8 + 8 = 48 B shared; training is the same under both
+    private = network.train_network(config(content="true_labels"), MODEL, tiny_dataset, progress=False)
+    shared = network.train_network(config(content="true_labels", data_model="shared"), MODEL, tiny_dataset,
+                                   progress=False)
+    b = private["network"].config.batch_size
+    assert private["network"].message_bytes == b * 64 + b + 8 and shared["network"].message_bytes == b * 4 + b + 8
+    for record_p, record_s in zip(private["history"], shared["history"], strict=True):
+        assert record_p["counters"] == record_s["counters"] and record_p["loss"] == record_s["loss"]
+        assert record_p["bytes_sent"] == record_p["counters"]["sent"] * (b * 64 + b + 8)
+        assert record_s["bytes_sent"] == record_s["counters"]["sent"] * (b * 4 + b + 8)
+    assert private["final"]["bytes_sent"] > 0
 
 
 def test_consumed_losses_by_hand():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -91,12 +92,16 @@ def test_collective_and_average_come_from_the_same_predictions():
 
 
 def test_bytes_accounting_against_a_hand_count():
-    # true labels: 32 int32 indices (128 B) + 32 uint8 class ids + 8 B header = 168 B per message.
-    assert exchange.message_bytes(exchange.named("true_labels"), 32, 10) == 168
+    # shared data: 32 int32 indices (128 B) + 32 uint8 class ids + 8 B header = 168 B per message (the figure the
+    # tables printed before the data was counted); private shards: 32 CIFAR-10 images (98,304 B) instead
+    shared = functools.partial(exchange.message_bytes, sample_bytes=3072, data_model="shared")
+    private = functools.partial(exchange.message_bytes, sample_bytes=3072)
+    assert shared(exchange.named("true_labels"), 32, 10) == 168
+    assert private(exchange.named("true_labels"), 32, 10) == 98_304 + 32 + 8
     # logits: 128 B of indices + 32 x 10 float32 (1,280 B) + 8 = 1,416 B; 128-wide features 16,520 B.
-    assert exchange.message_bytes(exchange.named("logits"), 32, 10) == 1416
-    assert exchange.message_bytes(exchange.named("features"), 32, 128) == 128 + 32 * 128 * 4 + 8
-    assert exchange.message_bytes(exchange.named("none"), 32, 10) == 0
+    assert shared(exchange.named("logits"), 32, 10) == 1416
+    assert shared(exchange.named("features"), 32, 128) == 128 + 32 * 128 * 4 + 8
+    assert private(exchange.named("none"), 32, 10) == 0
     # 90 copies sent in 100 steps by 10 nodes: 90 x 168 / 1,000 B per node and step.
     assert bandwidth.bytes_per_node_step(90, 168, num_nodes=10, steps=100) == pytest.approx(15.12)
     assert bandwidth.bytes_per_node_step(90, 0, num_nodes=10, steps=100) == 0

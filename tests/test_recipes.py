@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from jaxcomm import bandwidth, network, recipes
+from jaxcomm import bandwidth, exchange, network, recipes
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import StridedCNN
 
@@ -83,12 +83,14 @@ def test_steps_to_target_is_the_first_evaluation_reaching_it():
 
 def test_summarize_by_hand():
     # 10 nodes sent 90 copies of 168-byte messages in 100 steps: 90 x 168 / (10 x 100) = 15.12 B per node and step;
-    # a ring all-reduce of 1,000 parameters: 2 x 9/10 x 4 x 1,000 = 7,200 B.
+    # a ring all-reduce of 1,000 parameters: 2 x 9/10 x 4 x 1,000 = 7,200 B. With shared data the same true-label
+    # messages are 32 int32 indices + 32 uint8 labels + 8 = 168 B too (here the network's bytes are given).
     config = chapter2_network()
     final = {"avg_accuracy": 50.0, "collective_accuracy": {"negentropy": 60.0, "entropy": 58.0, "mean": 59.0,
                                                            "vote": 57.0},
              "node_accuracies": [40.0, 55.0, 62.5], "counters": {"sent": 90, "received": 90}, "loss": 1.25}
-    out = {"network": types.SimpleNamespace(config=config, message_bytes=168), "final": final,
+    net = types.SimpleNamespace(config=config, message_bytes=168, exchange=exchange.true_labels(), payload_dim=10)
+    out = {"network": net, "final": final,
            "history": [{"consumed_fraction": 0.25}, {"consumed_fraction": 0.75}], "steps_done": 100,
            "train_seconds": 12.345}
     summary = recipes.summarize(out, num_params=1000)
@@ -97,10 +99,11 @@ def test_summarize_by_hand():
         "broadcast_prob": 0.5 / 9, "temperature": 1.0, "avg_accuracy": 50.0, "collective_accuracy": 60.0,
         "collective_accuracy_by_weighting": final["collective_accuracy"], "node_accuracy_min_max": [40.0, 62.5],
         "steps": 100, "bytes_sent_per_node_step": pytest.approx(15.12), "message_bytes": 168,
+        "data_model": "private", "message_bytes_shared": 168, "bytes_sent_per_node_step_shared": pytest.approx(15.12),
         "allreduce_bytes_per_node_step": pytest.approx(7200.0), "num_params": 1000,
         "counters": final["counters"], "consumed_fraction": 0.5, "final_loss": 1.25, "seconds": 12.3}
     ring = dataclasses.replace(config, topology="ring", num_neighbours=3)
-    assert recipes.summarize(out | {"network": types.SimpleNamespace(config=ring, message_bytes=168)},
+    assert recipes.summarize(out | {"network": net.__class__(**(vars(net) | {"config": ring}))},
                              num_params=1000)["num_neighbours"] == 3
 
 
@@ -109,8 +112,9 @@ def test_validation_accuracies_are_summarised_and_averaged_over_seeds():
     final = {"avg_accuracy": 50.0, "collective_accuracy": {"negentropy": 60.0}, "node_accuracies": [40.0, 60.0],
              "counters": {"sent": 90}, "loss": 1.0,
              "validation": {"avg_accuracy": 52.0, "collective_accuracy": {"negentropy": 61.0}}}
-    out = {"network": types.SimpleNamespace(config=config, message_bytes=168), "final": final,
-           "history": [{"consumed_fraction": 0.5}], "steps_done": 100, "train_seconds": 1.0}
+    net = types.SimpleNamespace(config=config, message_bytes=168, exchange=exchange.true_labels(), payload_dim=10)
+    out = {"network": net, "final": final, "history": [{"consumed_fraction": 0.5}], "steps_done": 100,
+           "train_seconds": 1.0}
     one = recipes.summarize(out, num_params=1000)
     assert (one["validation_avg_accuracy"], one["validation_collective_accuracy"]) == (52.0, 61.0)
     final2 = final | {"validation": {"avg_accuracy": 56.0, "collective_accuracy": {"negentropy": 61.0}}}
