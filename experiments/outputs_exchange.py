@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import bandwidth, data, decision, exchange, network, recipes, sweep
+from jaxcomm import bandwidth, data, decision, exchange, network, recipes, stats, sweep
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
@@ -490,6 +490,7 @@ def table_markdown(summary: dict) -> str:
         w = row["collective_accuracy_by_weighting"]
         lines.append(f"| {name} | {_num(row['avg_accuracy'])} | {_num(w['negentropy'])} | {_num(w['entropy'])} | "
                      f"{_num(w['mean'])} | {_num(w['vote'])} | {w['entropy'] - w['negentropy']:+.2f} |")
+    lines += paired_markdown(rows)
     lines += bandwidth_markdown(summary)
     studies = summary.get("studies") or []
     if studies:
@@ -517,6 +518,46 @@ def table_markdown(summary: dict) -> str:
     lines += other_recipes_markdown(summary)
     lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
     return "\n".join(lines)
+
+
+COMPARISONS = (  # (row, against, what it asks)
+    ("10_nodes_true_labels", "10_nodes_no_sharing", "sharing true labels vs isolated nodes"),
+    ("10_nodes_logits", "10_nodes_no_sharing", "sharing logits vs isolated nodes"),
+    ("10_nodes_features", "10_nodes_no_sharing", "sharing features vs isolated nodes"),
+    ("10_nodes_true_labels", "10_nodes_logits", "true labels vs logits"),
+    ("20_nodes_true_labels", "10_nodes_true_labels", "20 vs 10 nodes sharing true labels"),
+    ("10_nodes_no_sharing", "1_node_no_sharing", "10 isolated nodes vs one node on all the data"),
+)
+"""The directions chapter 2 reads from Tables 2.1: each a difference paired by seed (same seed, same draws)."""
+
+
+def paired_markdown(rows: dict) -> list[str]:
+    """Each of :data:`COMPARISONS` whose rows both ran with the same >= 2 seeds: the mean paired difference of the
+    node average and of the collective (test; validation where recorded) with its 95 % interval
+    (:func:`jaxcomm.stats.paired_ci95`); "yes" where the interval excludes 0, the only directions to read."""
+    lines, shown = [], None
+    for a, b, question in COMPARISONS:
+        seeds = rows.get(a, {}).get("seeds") or ()
+        if b not in rows or len(seeds) < 2 or seeds != rows[b].get("seeds"):
+            continue
+        shown = seeds
+        for key in ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy",
+                    "validation_collective_accuracy"):
+            values = [(x.get(key), y.get(key)) for x, y in zip(rows[a]["per_seed"], rows[b]["per_seed"], strict=True)]
+            if any(v is None for pair in values for v in pair):
+                continue
+            diffs = [x - y for x, y in values]
+            lo, hi = stats.paired_ci95(diffs, digits=None)
+            lines.append(f"| {question} | {key.replace('_accuracy', '').replace('_', ' ')} | "
+                         f"{np.mean(diffs):+.1f} | [{lo:+.1f}, {hi:+.1f}] | {'yes' if lo > 0 or hi < 0 else 'no'} |")
+    if not lines:
+        return []
+    return ["", f"## Paired comparisons (seeds {', '.join(map(str, shown))}: the same seed draws the same shards, "
+            "initialisations and messages' randomness)", "",
+            "Mean difference (points) and its 95 % interval over seeds (Student t); a direction is read only where "
+            "the interval excludes 0.", "",
+            "| comparison | accuracy | mean difference | 95 % interval | excludes 0 |", "|---|---|---|---|---|",
+            *lines]
 
 
 SAMPLE_BYTES = {"cifar10": 32 * 32 * 3, "mnist": 28 * 28, "mnist_sample": 28 * 28}

@@ -98,7 +98,8 @@ class DataParallel:
 
 
 def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],
-                       num_classes: int, compressor: compression.Compressor | None = None) -> DataParallel:
+                       num_classes: int, compressor: compression.Compressor | None = None,
+                       optimizer: optax.GradientTransformation | None = None) -> DataParallel:
     """Builds synchronous SGD of ``model``, a Flax classifier returning ``(logits, features)``.
 
     Args:
@@ -110,9 +111,10 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
       num_classes: C.
       compressor: each node's gradient compressor (:func:`jaxcomm.compression.make`);
         None: dense gradients, all-reduced.
+      optimizer: of the shared model (default Adam at the config's rate and schedule).
     """
     n, b = config.num_nodes, config.batch_size
-    optimizer = optax.adam(network.learning_rate(config))
+    optimizer = optimizer or optax.adam(network.learning_rate(config))
     init_model = network.classifier_init(model, optimizer, image_shape)
     dense = compressor is None
     compressor = compression.make("none") if dense else compressor
@@ -173,14 +175,21 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
 def system(dp: DataParallel, split) -> driver.System:
     """Sync SGD as a :class:`jaxcomm.driver.System`: records the nodes' mean loss and the shared model's
     accuracies on ``split`` (:func:`jaxcomm.network.evaluate` of one model: every collective accuracy is its own)."""
+    return one_model_system(dp, split, lambda state: state.nodes)
 
-    def evaluate(state: DataParallelState, infos: DataParallelInfo, steps_done: int) -> dict:
-        probs = network.predict_in_batches(dp, state.nodes, split.images)
+
+def one_model_system(built, split, model_of: Callable) -> driver.System:
+    """A system that trains N nodes toward one model (sync SGD, local SGD) as a :class:`jaxcomm.driver.System`:
+    ``built`` has ``init``, ``step``, ``predict`` and ``step_loop``; ``model_of(state)`` is the model evaluated
+    (a population of one), on ``split``; its infos have ``loss [N]`` and ``indices``."""
+
+    def evaluate(state, infos, steps_done: int) -> dict:
+        probs = network.predict_in_batches(built, model_of(state), split.images)
         return {"loss": float(np.mean(population.to_host(infos.loss))), **network.evaluate(probs, split.labels)}
 
-    return driver.System(dp.init, dp.step, evaluate, losses=lambda infos: infos.loss,
-                         summarize=network.summarize_info,
-                         step_loop=dp.step_loop, postfix=network.progress_postfix)
+    return driver.System(built.init, built.step, evaluate, losses=lambda infos: infos.loss,
+                         summarize=network.summarize_info, step_loop=built.step_loop,
+                         postfix=network.progress_postfix)
 
 
 def train_data_parallel(

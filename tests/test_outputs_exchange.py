@@ -304,3 +304,23 @@ def test_networks_built_from_the_committed_config_have_the_committed_settings():
         assert (net.num_nodes, net.content, net.topology, degree, net.consume_prob, net.broadcast_prob,
                 net.temperature) == (point["nodes"], point["content"], point["topology"], point["num_neighbours"],
                                      point["consume_prob"], point["broadcast_prob"], point["temperature"]), point
+
+
+def test_paired_comparisons_by_hand():
+    def row(*pairs):  # (avg, collective) per seed
+        return {"seeds": [0, 1, 2], "per_seed": [{"avg_accuracy": a, "collective_accuracy": c} for a, c in pairs]}
+
+    rows = {"10_nodes_true_labels": row((50, 60), (52, 61), (51, 62)),
+            "10_nodes_no_sharing": row((48, 55), (49, 57), (47, 56)),
+            "10_nodes_logits": row((50, 56), (48, 57), (49, 58))}
+    lines = oe.paired_markdown(rows)
+    # avg differences 2, 3, 4: mean 3, sd 1, half-width t(0.975, 2) / sqrt(3) = 4.303 / 1.732 = 2.48
+    assert "| sharing true labels vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | yes |" in lines
+    # collective 5, 4, 6: [+2.5, +7.5]; logits - isolated avg 2, -1, 2: mean 1, sd 1.73 -> [-3.3, +5.3], not read
+    assert "| sharing true labels vs isolated nodes | collective | +5.0 | [+2.5, +7.5] | yes |" in lines
+    assert "| sharing logits vs isolated nodes | avg | +1.0 | [-3.3, +5.3] | no |" in lines
+    assert any(line.startswith("## Paired comparisons (seeds 0, 1, 2") for line in lines)
+    # one seed, or seeds that differ: nothing to pair
+    assert oe.paired_markdown({k: {"seeds": [0], "per_seed": v["per_seed"][:1]} for k, v in rows.items()}) == []
+    assert oe.paired_markdown(rows | {"10_nodes_no_sharing": rows["10_nodes_no_sharing"] | {"seeds": [3, 4, 5]}}
+                              )[-1].startswith("| true labels vs logits")

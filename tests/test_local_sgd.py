@@ -1,0 +1,65 @@
+"""Local SGD / DiLoCo (jaxcomm.local_sgd): synchronous SGD at H = 1, rounds and bytes by hand."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from jaxcomm import bandwidth, data_parallel, local_sgd, network
+from jaxcomm.models import MLP
+
+MODEL = MLP(hidden=(12,), num_classes=4)
+
+
+def config(**kw) -> network.NetworkConfig:
+    return network.NetworkConfig(**({"num_nodes": 4, "batch_size": 8, "num_steps": 12, "eval_every": 4,
+                                     "backend": "vmap", "step_loop": "scan", "learning_rate": 0.1} | kw))
+
+
+def run(system_of, dataset, steps: int):
+    system = system_of(config(), MODEL, image_shape=dataset.train.images.shape[1:], num_classes=4)
+    step, state = jax.jit(system.step), system.init(jax.random.PRNGKey(0))
+    data = network.network_data(dataset, config())
+    for _ in range(steps):
+        state, info = step(state, data)
+    return system, state, info
+
+
+def test_one_inner_sgd_step_then_averaging_is_synchronous_sgd(tiny_dataset):
+    # H = 1, outer SGD at rate 1: theta - mean_i (theta - lr g_i) = theta - lr mean_i g_i, sync SGD's step
+    sgd = optax.sgd(0.1)
+    _, sync, sync_info = run(lambda *a, **k: data_parallel.make_data_parallel(*a, **k, optimizer=sgd), tiny_dataset, 7)
+    _, local, local_info = run(lambda *a, **k: local_sgd.make_local_sgd(
+        *a, **k, sync_every=1, outer=local_sgd.local_sgd_outer(), inner=sgd), tiny_dataset, 7)
+    np.testing.assert_array_equal(local_info.indices, sync_info.indices)  # the same minibatches
+    for got, want in zip(jax.tree.leaves(local.global_model.params), jax.tree.leaves(sync.nodes.params), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # after a round every node restarts from the global model
+    for nodes, glob in zip(jax.tree.leaves(local.nodes.params), jax.tree.leaves(local.global_model.params),
+                           strict=True):
+        np.testing.assert_array_equal(nodes, np.broadcast_to(glob, nodes.shape))
+
+
+def test_between_rounds_nodes_drift_and_the_global_model_waits(tiny_dataset):
+    make = lambda *a, **k: local_sgd.make_local_sgd(*a, **k, sync_every=3)  # noqa: E731
+    system, state, info = run(make, tiny_dataset, 4)  # one round (3 steps) and one step of the next
+    assert not bool(info.synced)
+    params = jax.tree.leaves(state.nodes.params)[0]
+    assert not np.allclose(params[0], params[1])  # nodes drifted apart on their own shards
+    _, after_round, info = run(make, tiny_dataset, 3)
+    assert bool(info.synced)
+    np.testing.assert_array_equal(jax.tree.leaves(after_round.global_model.params)[0],
+                                  jax.tree.leaves(state.global_model.params)[0])  # untouched by step 4
+    # bytes: one all-reduce of the parameters every H steps
+    assert system.bytes_per_node_step() == pytest.approx(bandwidth.allreduce_bytes(4, system.num_params) / 3)
+    with pytest.raises(ValueError, match="sync_every must be an integer >= 1"):
+        local_sgd.make_local_sgd(config(), MODEL, image_shape=(8, 8, 1), num_classes=4, sync_every=0)
+
+
+def test_diloco_trains_under_the_driver(tiny_dataset):
+    out = local_sgd.train_local_sgd(config(num_steps=40, eval_every=20), MODEL, tiny_dataset, sync_every=5,
+                                    progress=False)
+    assert [h["step"] for h in out["history"]] == [20, 40]
+    assert out["final"]["avg_accuracy"] > 40  # 4 learnable classes
