@@ -175,16 +175,17 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
 def system(dp: DataParallel, split) -> driver.System:
     """Sync SGD as a :class:`jaxcomm.driver.System`: records the nodes' mean loss and the shared model's
     accuracies on ``split`` (:func:`jaxcomm.network.evaluate` of one model: every collective accuracy is its own)."""
-    return one_model_system(dp, split, lambda state: state.nodes)
+    return evaluated_system(dp, split, lambda state: state.nodes)
 
 
-def one_model_system(built, split, model_of: Callable) -> driver.System:
-    """A system that trains N nodes toward one model (sync SGD, local SGD) as a :class:`jaxcomm.driver.System`:
-    ``built`` has ``init``, ``step``, ``predict`` and ``step_loop``; ``model_of(state)`` is the model evaluated
-    (a population of one), on ``split``; its infos have ``loss [N]`` and ``indices``."""
+def evaluated_system(built, split, models_of: Callable) -> driver.System:
+    """A baseline on the network's shards (sync SGD, local SGD, codistillation) as a :class:`jaxcomm.driver.System`:
+    ``built`` has ``init``, ``step``, ``predict`` and ``step_loop``; ``models_of(state)`` are the models evaluated
+    on ``split`` (a population: one shared model, or every node's; :func:`jaxcomm.network.evaluate`); its infos
+    have ``loss [N]`` and ``indices``."""
 
     def evaluate(state, infos, steps_done: int) -> dict:
-        probs = network.predict_in_batches(built, model_of(state), split.images)
+        probs = network.predict_in_batches(built, models_of(state), split.images)
         return {"loss": float(np.mean(population.to_host(infos.loss))), **network.evaluate(probs, split.labels)}
 
     return driver.System(built.init, built.step, evaluate, losses=lambda infos: infos.loss,

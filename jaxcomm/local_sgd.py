@@ -170,7 +170,7 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
 def system(ls: LocalSGD, split) -> driver.System:
     """Local SGD as a :class:`jaxcomm.driver.System`: the nodes' mean loss and the global model's accuracies on
     ``split`` (one model: every collective accuracy is its own)."""
-    return data_parallel.one_model_system(ls, split, lambda state: state.global_model)
+    return data_parallel.evaluated_system(ls, split, lambda state: state.global_model)
 
 
 def train_local_sgd(
