@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import bandwidth, compression, driver, network, population, speed
+from jaxcomm import bandwidth, compression, driver, network, population, powersgd, speed
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 from jaxcomm.exchange import cross_entropy
@@ -71,6 +71,8 @@ class DataParallel:
       num_params: P, the model's trainable parameters.
       dense: no compressor: the gradients are all-reduced.
       backend, step_loop: the resolved choices.
+      summed: the compressed messages are summed on the way (a
+        :class:`jaxcomm.powersgd.CollectiveCompressor`: an all-reduce of them).
     """
 
     config: network.NetworkConfig
@@ -82,6 +84,7 @@ class DataParallel:
     dense: bool
     backend: str
     step_loop: str
+    summed: bool = False
 
     def bytes_per_node_step(self) -> float:
         """Bytes each node sends per step.
@@ -89,16 +92,20 @@ class DataParallel:
         Dense: a ring all-reduce (:func:`jaxcomm.bandwidth.allreduce_bytes`).
         Compressed: messages of different supports cannot be summed on the way,
         so every node's message reaches the N - 1 others (an all-gather):
-        ``(N - 1) x message_bytes``.
+        ``(N - 1) x message_bytes``. Summed (PowerSGD's factors): a ring
+        all-reduce of ``message_bytes``, ``2 (N - 1) / N x message_bytes``.
         """
         n = self.config.num_nodes
         if self.dense:
             return bandwidth.allreduce_bytes(n, self.num_params)
+        if self.summed:
+            return 2 * (n - 1) / n * self.message_bytes
         return float((n - 1) * self.message_bytes)
 
 
 def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],
-                       num_classes: int, compressor: compression.Compressor | None = None,
+                       num_classes: int,
+                       compressor: compression.Compressor | powersgd.CollectiveCompressor | None = None,
                        optimizer: optax.GradientTransformation | None = None) -> DataParallel:
     """Builds synchronous SGD of ``model``, a Flax classifier returning ``(logits, features)``.
 
@@ -109,7 +116,8 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
       model: the shared classifier.
       image_shape: ``(H, W, C)``.
       num_classes: C.
-      compressor: each node's gradient compressor (:func:`jaxcomm.compression.make`);
+      compressor: each node's gradient compressor (:func:`jaxcomm.compression.make`), or one
+        that compresses all nodes' gradients together (:func:`jaxcomm.powersgd.power_sgd`);
         None: dense gradients, all-reduced.
       optimizer: of the shared model (default Adam at the config's rate and schedule).
     """
@@ -118,6 +126,7 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
     init_model = network.classifier_init(model, optimizer, image_shape)
     dense = compressor is None
     compressor = compression.make("none") if dense else compressor
+    summed = isinstance(compressor, powersgd.CollectiveCompressor)
     abstract = jax.eval_shape(init_model, jax.random.PRNGKey(0))  # shapes only: nothing is initialised
     shapes = abstract.params
     num_params = bandwidth.num_params(shapes)
@@ -138,15 +147,18 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
                              jax.ShapeDtypeStruct((b, num_classes), jnp.float32), jax.random.PRNGKey(0))
     backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
     gradients = population.lift(node_gradient, backend=backend, in_axes=(None, None, 0, 0, 0))
-    compress = population.lift(compressor.update, backend=backend)
+    compress = None if summed else population.lift(compressor.update, backend=backend)
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)
     augment = network.augmentation(n) if config.augment else None
 
     def init(key: jax.Array) -> DataParallelState:
         model_key, run_key = jax.random.split(key)
         shared = init_model(model_key)
-        memory = population.init_population(lambda _: compressor.init(shared.params), model_key, n,
-                                            backend="vmap")
+        if summed:
+            memory = compressor.init(shared.params, n, model_key)
+        else:
+            memory = population.init_population(lambda _: compressor.init(shared.params), model_key, n,
+                                                backend="vmap")
         return DataParallelState(population.stack([shared]), memory, jnp.zeros((), jnp.int32), run_key)
 
     def step(state: DataParallelState, data: network.NetworkData) -> tuple[DataParallelState, DataParallelInfo]:
@@ -159,8 +171,11 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
         shared = population.node(state.nodes, 0)
         grads, loss, model_state = gradients(shared.params, shared.model_state, images, targets,
                                              jax.random.split(k_nodes, n))
-        sent, memory = compress(grads, state.memory, jax.random.split(k_compress, n))
-        grad = mean_over_nodes(sent)  # the all-reduce
+        if summed:
+            grad, memory = compressor.reduce(grads, state.memory)
+        else:
+            sent, memory = compress(grads, state.memory, jax.random.split(k_compress, n))
+            grad = mean_over_nodes(sent)  # the all-reduce
         updates, opt_state = optimizer.update(grad, shared.opt_state, shared.params)
         shared = population.NodeState(optax.apply_updates(shared.params, updates), mean_over_nodes(model_state),
                                       opt_state)
@@ -169,7 +184,7 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
 
     predict = jax.jit(population.lift(network.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return DataParallel(config, init, step, predict, compressor.message_bytes(shapes), num_params, dense, backend,
-                        step_loop)
+                        step_loop, summed)
 
 
 def system(dp: DataParallel, split) -> driver.System:

@@ -99,7 +99,9 @@ def test_data_dir_reaches_the_loader_and_a_data_error_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM], ids=["SIGTERM"])
 def test_an_interrupted_demo_exits_130_without_a_table(signum):
-    proc = Process(["-m", "jaxcomm", "demo", "--nodes", "4", "--hidden", "16", "--steps", "100000", "--seeds", "1",
+    # 20,000 steps: chunks of 4,000 (a scanned chunk is cut for a signal only once its length has been timed, so
+    # the first one runs whole: 20,000 steps took over 60 s on a loaded 2-core machine)
+    proc = Process(["-m", "jaxcomm", "demo", "--nodes", "4", "--hidden", "16", "--steps", "20000", "--seeds", "1",
                     "--backend", "vmap"])
     proc.wait_for("isolated, seed 0:")
     time.sleep(1.0)
