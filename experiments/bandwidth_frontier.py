@@ -25,6 +25,19 @@ name), and is scored by its final test accuracy against the bytes each node sent
   not for random-k and QSGD (QSGD with error feedback diverged in a smoke test: its residual is
   unbiased noise that accumulates).
 
+* ``diloco:<H>`` / ``local_sgd:<H>``: every node takes H inner Adam steps from the global model, then
+  the average of the nodes' moves steps it (:mod:`jaxcomm.local_sgd`: Nesterov outer SGD at 0.7 /
+  0.9, or plain averaging); bytes = one ring all-reduce of the parameters every H steps; accuracy =
+  the global model.
+* ``codistill:<K>``: every node distils toward its peers' predictions from checkpoints refreshed every
+  K steps (:mod:`jaxcomm.codistillation`); bytes = its checkpoint to N - 1 peers every K; accuracy =
+  the collective decision.
+* ``powersgd:<rank>``: synchronous SGD with rank-r PowerSGD factors all-reduced, error feedback
+  (:mod:`jaxcomm.powersgd`).
+
+Output-sharing bytes follow the network's data model (:data:`jaxcomm.exchange.DATA_MODELS`; runs from
+before it existed counted indices, the "shared" model).
+
 A method is on the frontier if no other method reached a higher accuracy with fewer bytes.
 
 References:
@@ -43,14 +56,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxcomm import bandwidth, compression, data, data_parallel, network, recipes
+from jaxcomm import bandwidth, codistillation, compression, data, data_parallel, local_sgd, network, powersgd, recipes
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
 from jaxcomm.validation import integer, one_of, require
 
 EXPERIMENT = "bandwidth_frontier"
-FAMILIES = ("outputs", "sync", "gossip", "compressed")
+FAMILIES = ("outputs", "sync", "gossip", "compressed", "local_sgd", "codistillation")
 DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": False}
 CPU_METHODS = (
     "sync", "outputs:true_labels", "outputs:logits", "outputs:features", "top_k:0.01", "sign", "qsgd:4",
@@ -72,6 +85,10 @@ class Method:
     levels: int = 4
     per_layer: bool = True
     feedback: bool = False
+    sync_every: int = 0
+    outer: str = ""  # "diloco" (Nesterov, lr 0.7, momentum 0.9) or "average" (local SGD)
+    refresh_every: int = 0
+    rank: int = 0
 
 
 def parse_method(spec: str) -> Method:
@@ -79,8 +96,18 @@ def parse_method(spec: str) -> Method:
     parts = spec.split(":")
     head, args = parts[0], parts[1:]
     bad = ValueError(f"method {spec!r}: expected outputs:<none|true_labels|logits|features>, sync, gossip:<k>, "
+                     f"diloco:<H>, local_sgd:<H>, codistill:<K>, powersgd:<rank>, "
                      f"top_k:<fraction>, random_k:<fraction>, sign or qsgd:<levels>, the compressors optionally "
                      f"followed by :whole or :layer and :ef or :noef")
+    if head in ("diloco", "local_sgd", "codistill", "powersgd"):
+        if len(args) != 1 or not args[0].isdigit() or int(args[0]) < 1:
+            raise bad
+        value = int(args[0])
+        return {"diloco": lambda: Method(spec, "local_sgd", sync_every=value, outer="diloco"),
+                "local_sgd": lambda: Method(spec, "local_sgd", sync_every=value, outer="average"),
+                "codistill": lambda: Method(spec, "codistillation", refresh_every=value),
+                "powersgd": lambda: Method(spec, "compressed", compression="powersgd", rank=value,
+                                           feedback=True)}[head]()
     if head == "outputs":
         if len(args) != 1 or args[0] not in ("none", "true_labels", "logits", "features"):
             raise bad
@@ -187,7 +214,8 @@ def smoke_config() -> BandwidthFrontierConfig:
     """Seconds: MLP nodes on the shipped MNIST sample, one method of each kind."""
     return BandwidthFrontierConfig(chapter2_preset="smoke", eval_every=10, time_budget_s=0.0,
                                    methods=("sync", "outputs:true_labels", "gossip:5", "top_k:0.05", "sign:whole",
-                                            "qsgd:2", "random_k:0.1:ef"), num_nodes=4, gossip_neighbours=1)
+                                            "qsgd:2", "random_k:0.1:ef", "diloco:5", "local_sgd:5", "codistill:5",
+                                            "powersgd:1"), num_nodes=4, gossip_neighbours=1)
 
 
 PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
@@ -221,16 +249,30 @@ def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, chec
                "bytes_per_node_step": sent, "steps": summary["steps"], "wall_seconds": summary["seconds"],
                "num_params": summary["num_params"]}
     else:
-        compressor = None if method.compression == "none" else compression.make(
-            method.compression, fraction=method.fraction, levels=method.levels, per_layer=method.per_layer,
-            feedback=method.feedback)
-        out = data_parallel.train_data_parallel(net, model, dataset, compressor=compressor, progress=progress,
-                                                desc=method.name, checkpointer=checkpointer)
+        if method.family == "local_sgd":
+            outer = local_sgd.diloco_outer() if method.outer == "diloco" else local_sgd.local_sgd_outer()
+            out = local_sgd.train_local_sgd(net, model, dataset, sync_every=method.sync_every, outer=outer,
+                                            progress=progress, desc=safe_name, checkpointer=checkpointer)
+        elif method.family == "codistillation":
+            out = codistillation.train_codistillation(net, model, dataset, refresh_every=method.refresh_every,
+                                                      progress=progress, desc=safe_name, checkpointer=checkpointer)
+        else:
+            if method.compression == "powersgd":
+                compressor = powersgd.power_sgd(method.rank)
+            else:
+                compressor = None if method.compression == "none" else compression.make(
+                    method.compression, fraction=method.fraction, levels=method.levels, per_layer=method.per_layer,
+                    feedback=method.feedback)
+            out = data_parallel.train_data_parallel(net, model, dataset, compressor=compressor, progress=progress,
+                                                    desc=method.name, checkpointer=checkpointer)
         system, final = out["system"], out["final"]
-        row = {"accuracy": final["avg_accuracy"], "avg_accuracy": final["avg_accuracy"],
+        # one shared model (sync, compressed, local SGD): its accuracy; N models (codistillation): the collective
+        accuracy = (final["collective_accuracy"]["negentropy"] if method.family == "codistillation"
+                    else final["avg_accuracy"])
+        row = {"accuracy": accuracy, "avg_accuracy": final["avg_accuracy"],
                "bytes_per_node_step": system.bytes_per_node_step(), "steps": out["steps_done"],
                "wall_seconds": round(out["train_seconds"], 1), "num_params": system.num_params,
-               "message_bytes": system.message_bytes}
+               "message_bytes": getattr(system, "message_bytes", None)}
     print(f"[{method.name}] accuracy {row['accuracy']:.1f} at {row['bytes_per_node_step']:,.0f} B/node/step "
           f"in {row['wall_seconds']:.0f} s", flush=True)
     history = out["history"]
@@ -281,7 +323,8 @@ def run(config: BandwidthFrontierConfig, *, checkpoints: Checkpoints | None = No
 
 # --------------------------------------------------------------------------- report
 
-MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D"}
+MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D", "local_sgd": "v",
+           "codistillation": "P"}
 
 
 def plot_frontier(summary: dict, path: pathlib.Path) -> None:

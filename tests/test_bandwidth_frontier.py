@@ -37,6 +37,13 @@ def test_smoke_preset_runs_every_kind_of_method(smoke):
     assert rows["sync"]["fraction_of_dense_allreduce"] == pytest.approx(1.0)
     assert rows["sign:whole"]["bytes_per_node_step"] < rows["top_k:0.05"]["bytes_per_node_step"] \
         < rows["sync"]["bytes_per_node_step"]
+    # the low-communication methods of today: DiLoCo / local SGD at 1/H of the all-reduce, codistillation's
+    # checkpoints, PowerSGD's factors (4 nodes: a ring all-reduce of 2 (N - 1) / N x message bytes)
+    for name in ("diloco:5", "local_sgd:5"):
+        assert rows[name]["fraction_of_dense_allreduce"] == pytest.approx(1 / 5), name
+    assert rows["codistill:5"]["family"] == "codistillation" and rows["codistill:5"]["bytes_per_node_step"] > 0
+    assert rows["powersgd:1"]["bytes_per_node_step"] == pytest.approx(1.5 * rows["powersgd:1"]["message_bytes"])
+    assert rows["powersgd:1"]["bytes_per_node_step"] < rows["sync"]["bytes_per_node_step"]
     assert summary["frontier"] == bf.frontier(rows)
     for path in ("table.md", "frontier.png"):
         assert (out / path).is_file(), path
@@ -52,6 +59,10 @@ def test_frontier_keeps_the_methods_nothing_cheaper_beats():
 @pytest.mark.parametrize("spec, expected", [
     ("outputs:logits", {"family": "outputs", "content": "logits"}),
     ("gossip:10", {"family": "gossip", "gossip_every": 10}),
+    ("diloco:50", {"family": "local_sgd", "sync_every": 50, "outer": "diloco"}),
+    ("local_sgd:10", {"family": "local_sgd", "sync_every": 10, "outer": "average"}),
+    ("codistill:100", {"family": "codistillation", "refresh_every": 100}),
+    ("powersgd:4", {"family": "compressed", "compression": "powersgd", "rank": 4}),
     ("top_k:0.01", {"compression": "top_k", "fraction": 0.01, "per_layer": True, "feedback": True}),
     ("top_k:0.01:whole:noef", {"compression": "top_k", "per_layer": False, "feedback": False}),
     ("random_k:0.1", {"compression": "random_k", "fraction": 0.1, "feedback": False}),
@@ -65,7 +76,8 @@ def test_method_specs_parse(spec, expected):
 
 
 @pytest.mark.parametrize("spec", ["outputs", "outputs:labels", "sync:1", "gossip:0", "gossip:x", "top_k",
-                                  "top_k:2", "sign:0.1", "qsgd:0", "top_k:0.1:whole:whole", "sgd"])
+                                  "top_k:2", "sign:0.1", "qsgd:0", "top_k:0.1:whole:whole", "sgd", "diloco:0",
+                                  "codistill", "powersgd:r", "local_sgd:1:2"])
 def test_bad_method_specs_are_rejected_by_the_config(spec):
     with pytest.raises(ValueError, match="method"):
         bf.BandwidthFrontierConfig(methods=(spec,))
