@@ -150,7 +150,9 @@ def rule_of_thumb(family: str, num_nodes: int, *, platform: str) -> tuple[str, s
 
 AUTOTUNE_ENV = "JAXCOMM_AUTOTUNE"  # "0": never time candidates, read the shipped table
 CACHE_ENV = "JAXCOMM_CACHE_DIR"  # where measured choices are kept (default ~/.cache/jaxcomm)
-TIMED_STEPS = 3  # steps per timed call of a candidate
+TIMED_STEPS = 3  # steps per timed call of a candidate, more when a step is fast:
+MIN_TIMED_SECONDS = 0.2  # ... up to a call of about this long
+MAX_TIMED_STEPS = 64
 
 
 def autotune_enabled() -> bool:
@@ -182,7 +184,8 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
       init: ``init(key) -> state`` of one node.
       num_nodes: N.
       node_args: shapes and dtypes of one node's other arguments (keys as raw ``uint32 [2]``).
-      steps: steps per timed call (one call compiles first; the best of two timed calls counts).
+      steps: steps per timed call (one call compiles first; the best of two timed calls counts); fast steps are
+        timed again in calls of about :data:`MIN_TIMED_SECONDS` (at most :data:`MAX_TIMED_STEPS` steps).
     """
     state_shape = jax.eval_shape(init, jax.random.PRNGKey(0))
     # the model's structure: every operation and its output shapes, not its constants (a learning rate)
@@ -192,29 +195,55 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
     device = jax.devices()[0]
     key = f"{device.platform}|{device.device_kind}|{jax.device_count()}|jax {jax.__version__}|{digest}|N={num_nodes}"
 
+    dispatched: dict[str, float] = {}  # seconds per dispatched step, by backend
+
     def seconds_per_step(backend: str, step_loop: str) -> float:
         lifted = population.lift(train, backend=backend)
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: lifted(nodes, *args)[0]  # noqa: E731
-        if step_loop == "scan":
-            scanned = jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None, length=steps)[0])
-            run = scanned
-        else:
+
+        def runner(length: int):
+            if step_loop == "scan":
+                return jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
+                                                          length=length)[0])
             jitted = jax.jit(step)
 
             def run(nodes):
-                for _ in range(steps):
+                for _ in range(length):
                     nodes = jax.block_until_ready(jitted(nodes))
                 return nodes
 
-        nodes = jax.block_until_ready(run(population.init_population(init, jax.random.PRNGKey(0), num_nodes,
-                                                                     backend=backend)))  # compiles
-        best = np.inf
-        for _ in range(2):
-            start = time.perf_counter()
+            return run
+
+        def timed(run, nodes, length: int) -> tuple[float, Any]:
+            best = np.inf
+            for _ in range(2):
+                start = time.perf_counter()
+                nodes = jax.block_until_ready(run(nodes))
+                best = min(best, time.perf_counter() - start)
+            return best / length, nodes
+
+        # Fast steps are timed in calls of about MIN_TIMED_SECONDS, so a call's overhead weighs on each step about
+        # as little as in training (where a scan runs a whole chunk). A scan's length is set from the same
+        # backend's dispatched step when that was timed first (:func:`measured_choice` times those first): a scan
+        # of another length would compile again.
+        def fits(seconds: float) -> int:  # steps of a call of about MIN_TIMED_SECONDS
+            return min(MAX_TIMED_STEPS, max(steps, int(np.ceil(MIN_TIMED_SECONDS / max(seconds, 1e-9)))))
+
+        known = dispatched.get(backend)
+        length = fits(known) if step_loop == "scan" and known is not None else steps
+        nodes = population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend)
+        run = runner(length)
+        nodes = jax.block_until_ready(run(nodes))  # compiles
+        per_step, nodes = timed(run, nodes, length)
+        if fits(per_step) > length and (step_loop == "dispatch" or known is None):
+            length = fits(per_step)
+            run = runner(length) if step_loop == "scan" else run
             nodes = jax.block_until_ready(run(nodes))
-            best = min(best, time.perf_counter() - start)
-        return best / steps
+            per_step, nodes = timed(run, nodes, length)
+        if step_loop == "dispatch":
+            dispatched[backend] = per_step
+        return per_step
 
     return Timer(key, seconds_per_step)
 
@@ -248,6 +277,7 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]]) -> tupl
     seconds = {tuple(k.split("/")): v for k, v in entry.get("seconds_per_step", {}).items()}
     failed = {tuple(k.split("/")) for k in entry.get("failed", [])}
     missing = [pair for pair in candidates if pair not in seconds and pair not in failed]
+    missing.sort(key=lambda pair: pair[1] != "dispatch")  # a backend's dispatched step sizes its scan (step_timer)
     for pair in missing:
         try:
             seconds[pair] = timer.seconds_per_step(*pair)
