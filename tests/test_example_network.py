@@ -51,7 +51,8 @@ def test_eight_nodes_on_two_graphs_exchanging_the_top3_logits():
         counters = final["counters"]
         assert counters["received"] == counters["consumed"] + counters["dropped"] + counters["pending"]
         assert counters["consumed"] > 0 and final["consumed_fraction"] > 0
-        assert out["network"].message_bytes == 32 * 4 + 32 * 15 + 8  # indices + top-3 payload + header
+        # private shards: the 32 uint8 28 x 28 images + the top-3 payload + header
+        assert out["network"].message_bytes == 32 * 784 + 32 * 15 + 8
         assert final["avg_accuracy"] > 60.0  # chance is 10 %
     # the exponential graph of 8 nodes: each broadcast reaches 3 nodes (i + 1, i + 2, i + 4)
     exp_counters = on_exponential["final"]["counters"]
@@ -70,7 +71,7 @@ def test_a_users_exchange_sends_what_it_makes(tiny_dataset):
     payload = np.asarray(result["state"].inbox.messages.payload)  # [N, K, B, C]
     sent = payload[np.asarray(result["state"].inbox.count) > 0][:, :1]  # the first message of each non-empty inbox
     assert ((sent > -1e8).sum(axis=-1) == 3).all()  # three classes kept of four
-    assert result["network"].message_bytes == 8 * 4 + 8 * 15 + 8
+    assert result["network"].message_bytes == 8 * 64 + 8 * 15 + 8  # 8 uint8 8 x 8 images + payload + header
 
 
 class ResidualCNN(nn.Module):
