@@ -182,7 +182,6 @@ def train_codistillation(
     """
     cd = make_codistillation(config, model, image_shape=dataset.train.images.shape[1:],
                              num_classes=dataset.num_classes, refresh_every=refresh_every, weight=weight)
-    out = driver.train(system(cd, getattr(dataset, eval_split)), network.network_data(dataset, config),
-                       num_steps=config.num_steps, eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed),
-                       progress=progress, desc=desc, checkpointer=checkpointer, divergence=divergence)
-    return out | {"system": cd}
+    return data_parallel.train_evaluated(system(cd, getattr(dataset, eval_split)), cd, dataset,
+                                         progress=progress, desc=desc, checkpointer=checkpointer,
+                                         divergence=divergence)

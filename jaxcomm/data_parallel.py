@@ -228,7 +228,16 @@ def train_data_parallel(
     """
     dp = make_data_parallel(config, model, image_shape=dataset.train.images.shape[1:],
                             num_classes=dataset.num_classes, compressor=compressor)
-    out = driver.train(system(dp, getattr(dataset, eval_split)), network.network_data(dataset, config),
-                       num_steps=config.num_steps, eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed),
-                       progress=progress, desc=desc, checkpointer=checkpointer, divergence=divergence)
-    return out | {"system": dp}
+    return train_evaluated(system(dp, getattr(dataset, eval_split)), dp, dataset, progress=progress, desc=desc,
+                           checkpointer=checkpointer, divergence=divergence)
+
+
+def train_evaluated(system_: driver.System, built, dataset: ImageDataset, *, progress: bool, desc: str | None,
+                    checkpointer: Checkpointer | None, divergence: float | None) -> dict:
+    """Runs ``system_`` (of ``built``, a baseline with a ``config``: sync SGD, local SGD, codistillation) under the
+    driver on ``dataset``'s shards for its config's steps; :func:`jaxcomm.driver.train`'s dict plus ``system``."""
+    config = built.config
+    out = driver.train(system_, network.network_data(dataset, config), num_steps=config.num_steps,
+                       eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
+                       desc=desc, checkpointer=checkpointer, divergence=divergence)
+    return out | {"system": built}

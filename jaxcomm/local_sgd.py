@@ -192,7 +192,6 @@ def train_local_sgd(
     """
     ls = make_local_sgd(config, model, image_shape=dataset.train.images.shape[1:], num_classes=dataset.num_classes,
                         sync_every=sync_every, outer=outer)
-    out = driver.train(system(ls, getattr(dataset, eval_split)), network.network_data(dataset, config),
-                       num_steps=config.num_steps, eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed),
-                       progress=progress, desc=desc, checkpointer=checkpointer, divergence=divergence)
-    return out | {"system": ls}
+    return data_parallel.train_evaluated(system(ls, getattr(dataset, eval_split)), ls, dataset,
+                                         progress=progress, desc=desc, checkpointer=checkpointer,
+                                         divergence=divergence)
