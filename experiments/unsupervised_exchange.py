@@ -321,13 +321,10 @@ def _over_seeds(runs: list[dict], seeds: list[int], outs: list[dict]) -> tuple[d
     curves = [run.pop("_curve") for run in runs]
     if len(runs) == 1:
         return runs[0], curves[0]
-    row = recipes.summarize_seeds(runs, seeds)
-    row["stages"] = [{k: _mean([stage[k] for stage in stages]) for k in stages[0]}
-                     for stages in zip(*(run["stages"] for run in runs), strict=True)]
+    row = recipes.summarize_seeds(runs, seeds, spread=("avg_accuracy", "collective_accuracy", "val_avg_accuracy",
+                                                       "val_collective_accuracy"))
+    row["stages"] = _mean([run["stages"] for run in runs])  # stage by stage, key by key
     row["best_steps"] = [run["best_step"] for run in runs]
-    for key in ("val_avg_accuracy", "val_collective_accuracy"):
-        if row.get(key) is not None:
-            row[f"{key}_sd"] = float(np.std([run[key] for run in runs], ddof=1))
     # a population sweep's runs share one clock, a sequential sweep's run one after another
     times = [run["seconds"] for run in runs]
     row["seconds"] = max(times) if outs[0]["sweep"]["mode"] == "population" else round(sum(times), 1)

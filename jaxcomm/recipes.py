@@ -270,18 +270,24 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
     }
 
 
-def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+SPREAD = ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy", "validation_collective_accuracy")
+"""The accuracies :func:`summarize_seeds` gives a standard deviation."""
+
+
+def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int], *,
+                    spread: Sequence[str] = SPREAD) -> dict[str, Any]:
     """One network's :func:`summarize` over seeds: the mean of every number, the spread of the accuracies.
 
     Args:
       summaries: :func:`summarize` of the same network trained with each seed (a sweep's runs).
       seeds: their seeds.
+      spread: the keys given a ``{key}_sd`` where the summaries have them.
 
     Returns:
       The first summary's settings with every number (nested dicts' too) replaced by its mean over seeds,
       ``node_accuracy_min_max`` over all seeds' nodes; plus ``seeds``, ``per_seed`` (the summaries) and
-      ``avg_accuracy_sd``, ``collective_accuracy_sd`` (sample standard deviations, 0 for one seed; and the
-      ``validation_*`` accuracies' where the summaries have them).
+      ``{key}_sd`` for every key of ``spread`` the summaries have (sample standard deviations; 0 for one seed
+      or where a seed has None).
     """
     if len(summaries) != len(seeds) or not summaries:
         raise ValueError(f"need one summary per seed, got {len(summaries)} summaries and {len(seeds)} seeds")
@@ -299,7 +305,7 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
     out = {k: mean([s[k] for s in summaries]) for k in summaries[0]}
     lows, highs = zip(*(s["node_accuracy_min_max"] for s in summaries), strict=True)
     out["node_accuracy_min_max"] = [min(lows), max(highs)]
-    for key in ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy", "validation_collective_accuracy"):
+    for key in spread:
         if key not in summaries[0]:
             continue
         values = [s[key] for s in summaries]
