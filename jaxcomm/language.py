@@ -52,6 +52,7 @@ from jaxcomm import driver, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset, ImageSplit, accuracy_in_batches
 from jaxcomm.models import to_unit_float
+from jaxcomm.probe import ProbeConfig, fit_probes
 from jaxcomm.validation import integer, is_int, is_real, positive, require, widths
 
 CRITICS = ("gan", "jsd", "infonce")
@@ -474,6 +475,32 @@ def detect_collapse(disc_accuracy, agreement, *, chance_tolerance: float = 0.05,
     return (jnp.abs(disc_accuracy - 0.5) <= chance_tolerance) & (agreement >= min_agreement)
 
 
+def collapse_over_run(curve: dict, *, chance_tolerance: float = 0.05, min_agreement: float = 0.8,
+                      max_distinct: float = 0.25) -> list[bool]:
+    """Per evaluation of a run, whether the two agents had collapsed onto a shared, poor code.
+
+    :func:`detect_collapse` reads the final evaluation only and misses a run that collapses
+    for a while and recovers, or collapses partially (few distinct messages, critic still above
+    chance). Here an evaluation is collapsed when the messages are shared (A/B agreement >=
+    ``min_agreement``) and either uninformative (either critic within ``chance_tolerance`` of
+    chance) or few (either agent's distinct-message fraction <= ``max_distinct``). Sharing is
+    required because agents that do not communicate also start near chance and, on very noisy
+    views, emit few distinct messages, independently of each other (agreement ~0.5).
+
+    Args:
+      curve: a member's curve: equal-length lists ``disc_a``, ``disc_b``, ``agreement``,
+        ``distinct_a``, ``distinct_b`` (one value per evaluation).
+      chance_tolerance, min_agreement, max_distinct: the thresholds above.
+
+    Returns:
+      One bool per evaluation.
+    """
+    disc = np.minimum(np.abs(np.asarray(curve["disc_a"]) - 0.5), np.abs(np.asarray(curve["disc_b"]) - 0.5))
+    few = np.minimum(np.asarray(curve["distinct_a"]), np.asarray(curve["distinct_b"])) <= max_distinct
+    shared = np.asarray(curve["agreement"]) >= min_agreement
+    return (shared & ((disc <= chance_tolerance) | few)).tolist()
+
+
 # --------------------------------------------------------------------------- the agent population
 
 
@@ -560,6 +587,8 @@ class Member(NamedTuple):
     view: str = "full"  # one of VIEWS: "full", or "halves" (A sees the top half, B the bottom half)
     frozen: bool = False  # untrained agents (the random-init probe): only the probe learns
     normalisation: str = "mean"  # cross-entropy over the L heads, one of NORMALISATIONS
+    temperature: float = 0.0  # > 0: a fixed Gumbel-softmax temperature; 0: the config's annealed schedule
+    probe_delay: int = 0  # the probe's first step (the thesis' delayed probe); the agents train from step 0
 
 
 class MemberArrays(NamedTuple):
@@ -572,6 +601,8 @@ class MemberArrays(NamedTuple):
     invert_b: jax.Array  # [S, P] bool
     keep_b: jax.Array  # [S, P] float32
     frozen: jax.Array  # [S] float32, 1: agents' parameters never move
+    tau_fixed: jax.Array  # [S] float32, > 0: fixed temperature; 0: the annealed schedule
+    probe_start: jax.Array  # [S] int32, the probe's first step
 
 
 class Agents(NamedTuple):
@@ -604,6 +635,7 @@ class AgentFunctions(NamedTuple):
     step: Any  # step(state, (TrainData, MemberArrays)) -> (state, info of [S] scalars), pure
     evaluate: Any  # evaluate(gen_b, probe, images, labels, weight, arrays) -> [S] weighted correct, jitted
     diagnose: Any  # diagnose(params, images, arrays) -> dict of [S], jitted
+    features: Any  # features(gen_b, images [B, H, W, 1], arrays) -> [S, B, hidden[-1]] of B's views, jitted
 
 
 def seed_key(config: AgentsConfig, seed: int) -> jax.Array:
@@ -622,6 +654,10 @@ def check_members(members: Sequence[Member]) -> None:
         require(m.view in VIEWS, f"members[{i}].view", f"one of {VIEWS}", m.view)
         require(m.normalisation in NORMALISATIONS, f"members[{i}].normalisation", f"one of {NORMALISATIONS}",
                 m.normalisation)
+        require(is_real(m.temperature) and m.temperature >= 0, f"members[{i}].temperature",
+                "a number >= 0 (0: the annealed schedule)", m.temperature)
+        require(is_int(m.probe_delay) and m.probe_delay >= 0, f"members[{i}].probe_delay", "an integer >= 0",
+                m.probe_delay)
 
 
 def member_arrays(config: AgentsConfig, members: Sequence[Member], *, length: int, num_pixels: int,
@@ -657,7 +693,9 @@ def member_arrays(config: AgentsConfig, members: Sequence[Member], *, length: in
         keep_b.append(bottom if halves else full)
     lvl = Level(*(jnp.asarray(col, jnp.float32) for col in zip(*levels, strict=True)))
     return MemberArrays(jnp.stack(keys), lvl, jnp.stack(inv_a), jnp.stack(keep_a), jnp.stack(inv_b),
-                        jnp.stack(keep_b), jnp.asarray([m.frozen for m in members], jnp.float32))
+                        jnp.stack(keep_b), jnp.asarray([m.frozen for m in members], jnp.float32),
+                        jnp.asarray([m.temperature for m in members], jnp.float32),
+                        jnp.asarray([m.probe_delay for m in members], jnp.int32))
 
 
 @functools.cache
@@ -720,7 +758,7 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
         x = to_unit_float(data.images[idx]).reshape(config.batch_size, -1)
         xa = apply_view(x, arrays.invert_a, arrays.keep_a)
         xb = apply_view(x, arrays.invert_b, arrays.keep_b)
-        temp = tau(t)
+        temp = jnp.where(arrays.tau_fixed > 0, arrays.tau_fixed, tau(t))
 
         def loss_fn(params):
             logits_a, _ = gen.apply({"params": params["gen_a"]}, xa)
@@ -759,7 +797,11 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
 
         p_loss, p_grads = jax.value_and_grad(probe_loss)(agents.probe)
         p_updates, p_state = probe_opt.update(p_grads, agents.probe_opt, agents.probe)
-        probe = optax.apply_updates(agents.probe, p_updates)
+        # A delayed probe (and its Adam moments) stays at its initial value until its first step.
+        started = t >= arrays.probe_start
+        probe, p_state = jax.tree_util.tree_map(lambda new, old: jnp.where(started, new, old),
+                                                (optax.apply_updates(agents.probe, p_updates), p_state),
+                                                (agents.probe, agents.probe_opt))
         return Agents(params, opt_state, probe, p_state), {**info, "probe": p_loss}
 
     lifted_step = population.lift(member_step, backend=config.backend, in_axes=(0, 0, None, None))
@@ -775,11 +817,16 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
         agents, info = lifted_step(state.agents, arrays, state.step, train)
         return AgentsState(agents, state.step + 1), info
 
-    def correct(gen_b, probe, images, labels, weight, invert_b, keep_b):
+    def features_b(gen_b, images, invert_b, keep_b):
         x = apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert_b, keep_b)
-        _, features = gen.apply({"params": gen_b}, x)
-        logits = features @ probe["kernel"] + probe["bias"]
+        return gen.apply({"params": gen_b}, x)[1]
+
+    def correct(gen_b, probe, images, labels, weight, invert_b, keep_b):
+        logits = features_b(gen_b, images, invert_b, keep_b) @ probe["kernel"] + probe["bias"]
         return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
+
+    lifted_features = population.lift(features_b, backend=config.backend, in_axes=(0, None, 0, 0))
+    features = jax.jit(lambda gen_b, images, arrays: lifted_features(gen_b, images, arrays.invert_b, arrays.keep_b))
 
     lifted_correct = population.lift(correct, backend=config.backend, in_axes=(0, 0, None, None, None, 0, 0))
     evaluate = jax.jit(lambda gen_b, probe, images, labels, weight, arrays: lifted_correct(
@@ -806,7 +853,7 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
     lifted_diag = population.lift(diagnose_member, backend="map", in_axes=(0, None, 0, 0, 0, 0), map_batch_size=4)
     diagnose = jax.jit(lambda params, images, arrays: lifted_diag(params, images, arrays.invert_a, arrays.keep_a,
                                                                   arrays.invert_b, arrays.keep_b))
-    return AgentFunctions(init, step, evaluate, diagnose)
+    return AgentFunctions(init, step, evaluate, diagnose, features)
 
 
 def distinct_fraction(msg: jax.Array) -> jax.Array:
@@ -817,14 +864,78 @@ def distinct_fraction(msg: jax.Array) -> jax.Array:
     return jnp.mean(first)
 
 
+def hard_symbols(config: AgentsConfig, params: dict, arrays: MemberArrays, images: jax.Array, length: int) -> dict:
+    """Each member's evaluation messages (argmax of every head, Fig. 4.2) of both agents.
+
+    Args:
+      config: the agents' config (widths).
+      params: ``{"gen_a", "gen_b", ...}`` with leaves ``[S, ...]``.
+      arrays: the members' views.
+      images: ``[N, H, W, 1]`` uint8.
+      length: L.
+
+    Returns:
+      ``{"a": [S, N, L], "b": [S, N, L]}`` int32 symbols.
+    """
+    gen = MessageGenerator(hidden=config.hidden, length=length)
+    x = to_unit_float(jnp.asarray(images)).reshape(images.shape[0], -1)
+
+    def symbols(gen_params, invert, keep):
+        return jnp.argmax(gen.apply({"params": gen_params}, apply_view(x, invert, keep))[0], -1)
+
+    lifted = jax.jit(jax.vmap(symbols))
+    return {"a": lifted(params["gen_a"], arrays.invert_a, arrays.keep_a),
+            "b": lifted(params["gen_b"], arrays.invert_b, arrays.keep_b)}
+
+
 def probe_accuracy(fns: AgentFunctions, gen_b, probe, split: ImageSplit, arrays: MemberArrays) -> np.ndarray:
     """``[S]`` accuracy (%) of each member's probe on ``split``, through B's view and generator."""
     return accuracy_in_batches(lambda *batch: fns.evaluate(gen_b, probe, *batch, arrays), split, 2500)
 
 
+def split_features(fns: AgentFunctions, gen_b, split: ImageSplit, arrays: MemberArrays, batch: int = 2500) -> jax.Array:
+    """``[S, M, hidden[-1]]`` B's features of every image of ``split`` (its own view), per member."""
+    images = jnp.asarray(split.images)
+    return jnp.concatenate([fns.features(gen_b, images[i:i + batch], arrays)
+                            for i in range(0, images.shape[0], batch)], axis=1)
+
+
+def refit_probes(fns: AgentFunctions, gen_b, dataset: ImageDataset, arrays: MemberArrays, config: ProbeConfig,
+                 key: jax.Array) -> dict:
+    """A fresh linear probe per member on B's frozen features, trained to convergence (early-stopped).
+
+    The probe trained online beside the agents sees features that move, and stops with them;
+    this one measures what fixed features say about the digit (the thesis' ch. 2 protocol:
+    fully trained with early stopping on validation, :func:`jaxcomm.probe.train_probe`).
+
+    Args:
+      fns: the population's functions.
+      gen_b: B's generator parameters, leaves ``[S, ...]`` (final agents; initial ones for frozen members).
+      dataset: train, validation and test splits.
+      arrays: the members' views.
+      config: the probe's epochs, batch and step size.
+      key: the minibatches' shuffling key (shared by the members).
+
+    Returns:
+      ``{"val_accuracy", "test_accuracy"}`` ``[S]`` in %, ``best_epoch`` ``[S]`` and
+      ``converged`` ``[S]`` bool: the last quarter of the epochs raised the best validation
+      accuracy by less than 0.2 points.
+    """
+    feats = [split_features(fns, gen_b, split, arrays) for split in (dataset.train, dataset.validation, dataset.test)]
+    probes, _, test_probs = fit_probes(key, feats[0], jnp.asarray(dataset.train.labels), feats[1],
+                                       jnp.asarray(dataset.validation.labels), feats[2],
+                                       num_classes=dataset.num_classes, config=config)
+    test = 100.0 * np.mean(np.argmax(np.asarray(test_probs), -1) == dataset.test.labels, axis=1)
+    curve = 100.0 * np.asarray(probes.val_curve)  # [S, epochs]
+    cut = max(1, (3 * config.epochs) // 4)
+    gain = curve.max(1) - curve[:, :cut].max(1)
+    return {"val_accuracy": 100.0 * np.asarray(probes.val_accuracy), "test_accuracy": test,
+            "best_epoch": np.asarray(probes.best_epoch), "converged": gain < 0.2}
+
+
 def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: ImageDataset, *, length: int,
                  num_steps: int, progress: bool = True, desc: str | None = None,
-                 checkpointer: Checkpointer | None = None) -> dict:
+                 checkpointer: Checkpointer | None = None, refit: ProbeConfig | None = None) -> dict:
     """Trains every member together (one population, :func:`jaxcomm.driver.train`) and tests its best probe.
 
     Every ``config.eval_every`` steps the driver records each member's probe validation
@@ -842,6 +953,8 @@ def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: Image
       desc: its label.
       checkpointer: save every ``checkpointer.every`` steps and on SIGINT/SIGTERM; resumes
         bit-identically with ``checkpointer.resume``.
+      refit: after training, also fit a fresh probe per member on the final agents' frozen
+        features to convergence (:func:`refit_probes`); None: skip.
 
     Returns:
       ``{"members", "seconds", "train_seconds", "steps_done", "status", "interrupted",
@@ -849,8 +962,10 @@ def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: Image
       ``length``, its curve (``steps``, ``val_accuracy``, diagnostics ``disc_a/b``,
       ``mi_bits_a/b``, ``distinct_a/b``, ``agreement``, training losses ``train_*``),
       ``best_val``, ``best_step``, ``test_accuracy`` at the best validation step and
-      ``collapsed`` (:func:`detect_collapse` on the final diagnostics). ``final_params``
-      and ``arrays`` have leaves ``[S, ...]``.
+      ``collapsed`` (:func:`detect_collapse` on the final diagnostics), ``collapsed_steps``
+      (the evaluations :func:`collapse_over_run` flags) and, with ``refit``, ``refit_val_accuracy``,
+      ``refit_test_accuracy``, ``refit_best_epoch``, ``refit_converged``. ``final_params`` and
+      ``arrays`` have leaves ``[S, ...]``.
 
     Raises:
       jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a probe loss left its bounds
@@ -890,6 +1005,11 @@ def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: Image
     seconds = time.perf_counter() - start
     best, history = result["best"], result["history"]
     test = probe_accuracy(fns, *best.kept, dataset.test, arrays)
+    final_params = result["state"].agents.params
+    refitted = None
+    if refit is not None and not result["interrupted"]:
+        refitted = refit_probes(fns, final_params["gen_b"], dataset, arrays, refit,
+                                jax.random.fold_in(jax.random.PRNGKey(config.seed), 7))
     out = []
     for i, m in enumerate(members):
         curve = {"steps": [r["step"] for r in history],
@@ -901,8 +1021,13 @@ def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: Image
         final = {k: v[-1] for k, v in curve.items() if k not in ("steps", "val_accuracy") and v}
         collapsed = bool(detect_collapse(0.5 * (final.get("disc_a", 1.0) + final.get("disc_b", 1.0)),
                                          final.get("agreement", 0.0))) if final else False
-        out.append({**m._asdict(), "length": length, **curve, "best_val": float(best.score[i]),
-                    "best_step": int(best.step[i]), "test_accuracy": float(test[i]), "collapsed": collapsed})
+        flags = collapse_over_run(curve) if final else []
+        member = {**m._asdict(), "length": length, **curve, "best_val": float(best.score[i]),
+                  "best_step": int(best.step[i]), "test_accuracy": float(test[i]), "collapsed": collapsed,
+                  "collapsed_steps": [step for step, flag in zip(curve["steps"], flags, strict=True) if flag]}
+        if refitted is not None:
+            member.update({f"refit_{k}": v[i].item() for k, v in refitted.items()})
+        out.append(member)
     return {"members": out, "seconds": seconds, "train_seconds": result["train_seconds"],
             "steps_done": result["steps_done"], "status": result["status"], "interrupted": result["interrupted"],
-            "final_params": result["state"].agents.params, "arrays": arrays, "functions": fns}
+            "final_params": final_params, "arrays": arrays, "functions": fns}

@@ -1,59 +1,208 @@
-"""The bandwidth-frontier experiment: method specs, the frontier, a smoke run end to end."""
+"""The bandwidth-frontier experiment: method specs and row names, the Pareto fronts, a 2-seed smoke run end to
+end, resume, and the superseded single-seed results redrawn as they were."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import pathlib
+import shutil
+import types
 
+import numpy as np
 import pytest
 
 from experiments import bandwidth_frontier as bf
+from jaxcomm import data_parallel, driver, network, recipes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROW_FIELDS = {"accuracy", "bytes_per_node_step", "steps", "wall_seconds", "family", "total_bytes_per_node"}
+SUPERSEDED = pathlib.Path("results/bandwidth_frontier/superseded")
+ROW_FIELDS = {"family", "spec", "seeds", "per_seed", "accuracy", "accuracy_sd", "avg_accuracy", "bytes_per_node_step",
+              "total_bytes_per_node", "fraction_of_dense_allreduce", "wall_seconds", "num_params", "steps"}
+SMOKE_ROWS = ["isolated", "true_labels", "true_labels_shared", "sync_sgd", "gossip_5", "top_k_5pct", "diloco_h5",
+              "codistill_k5", "powersgd_r1"]
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bandwidth_frontier")
-    assert bf.cli(["--preset", "smoke", "--out", str(out)]) == 0
-    bf.write_report(out)  # the command draws it too, unless JAXCOMM_NO_REPORT=1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAXCOMM_NO_REPORT", "1")  # drawn once, below
+        assert bf.cli(["--preset", "smoke", "--out", str(out)]) == 0
+    bf.write_report(out)
     return out, json.loads((out / "summary.json").read_text())
 
 
-def test_smoke_preset_runs_every_kind_of_method(smoke):
-    out, summary = smoke
-    config = summary["config"]
-    assert list(summary["rows"]) == list(config["methods"]) and summary["skipped"] == []
-    families = {row["family"] for row in summary["rows"].values()}
-    assert families == set(bf.FAMILIES)
-    for name, row in summary["rows"].items():
-        assert ROW_FIELDS <= set(row), name
-        assert row["steps"] == summary["chapter2_config"]["num_steps"]
-        assert row["total_bytes_per_node"] == pytest.approx(row["bytes_per_node_step"] * row["steps"])
-        assert 0 <= row["accuracy"] <= 100
+# --------------------------------------------------------------------------- rows over seeds
+
+
+def test_smoke_rows_average_two_seeds_of_every_family_at_one_horizon(smoke):
+    _, summary = smoke
     rows = summary["rows"]
-    assert rows["sync"]["fraction_of_dense_allreduce"] == pytest.approx(1.0)
-    assert rows["sign:whole"]["bytes_per_node_step"] < rows["top_k:0.05"]["bytes_per_node_step"] \
-        < rows["sync"]["bytes_per_node_step"]
-    # the low-communication methods of today: DiLoCo / local SGD at 1/H of the all-reduce, codistillation's
-    # checkpoints, PowerSGD's factors (4 nodes: a ring all-reduce of 2 (N - 1) / N x message bytes)
-    for name in ("diloco:5", "local_sgd:5"):
-        assert rows[name]["fraction_of_dense_allreduce"] == pytest.approx(1 / 5), name
-    assert rows["codistill:5"]["family"] == "codistillation" and rows["codistill:5"]["bytes_per_node_step"] > 0
-    assert rows["powersgd:1"]["bytes_per_node_step"] == pytest.approx(1.5 * rows["powersgd:1"]["message_bytes"])
-    assert rows["powersgd:1"]["bytes_per_node_step"] < rows["sync"]["bytes_per_node_step"]
-    assert summary["frontier"] == bf.frontier(rows)
-    for path in ("table.md", "frontier.png"):
-        assert (out / path).is_file(), path
+    assert list(rows) == SMOKE_ROWS and summary["skipped"] == [] and summary["seeds"] == [0, 1]
+    assert {row["family"] for row in rows.values()} == set(bf.FAMILIES)
+    for name, row in rows.items():
+        assert ROW_FIELDS <= set(row), name
+        assert row["seeds"] == 2 and [p["seed"] for p in row["per_seed"]] == [0, 1], name
+        accuracies = [p["accuracy"] for p in row["per_seed"]]
+        assert row["accuracy"] == np.mean(accuracies) and row["accuracy_sd"] == pytest.approx(np.std(accuracies,
+                                                                                                     ddof=1)), name
+        assert row["avg_accuracy"] == np.mean([p["avg_accuracy"] for p in row["per_seed"]]), name
+        assert row["wall_seconds"] == pytest.approx(sum(p["wall_seconds"] for p in row["per_seed"])), name
+        assert row["steps"] == summary["chapter2_config"]["num_steps"] == 20, name  # every method at one horizon
+        assert all(p["steps"] == 20 for p in row["per_seed"]), name
+        assert row["total_bytes_per_node"] == pytest.approx(row["bytes_per_node_step"] * 20), name
+        assert row["spec"] in summary["config"]["methods"] and bf.row_name(bf.parse_method(row["spec"])) \
+            == name.removesuffix("_shared"), name
+        assert 0 <= row["accuracy"] <= 100
+    assert len({p["accuracy"] for p in rows["sync_sgd"]["per_seed"]}) == 2  # the seeds really differ
+    assert rows["sync_sgd"]["fraction_of_dense_allreduce"] == pytest.approx(1.0)
+    assert rows["isolated"]["bytes_per_node_step"] == 0 and rows["isolated"]["data_model"] == "private"
+    # DiLoCo at 1/H of the all-reduce; PowerSGD's factors all-reduced (4 nodes: 2 (N - 1) / N x message bytes)
+    assert rows["diloco_h5"]["fraction_of_dense_allreduce"] == pytest.approx(1 / 5)
+    assert rows["powersgd_r1"]["bytes_per_node_step"] == pytest.approx(1.5 * rows["powersgd_r1"]["message_bytes"])
+    assert 0 < rows["codistill_k5"]["bytes_per_node_step"] and rows["top_k_5pct"]["bytes_per_node_step"] \
+        < rows["sync_sgd"]["bytes_per_node_step"]
 
 
-def test_frontier_keeps_the_methods_nothing_cheaper_beats():
+def test_shared_rows_are_the_same_runs_counted_with_indices(smoke):
+    _, summary = smoke
+    private, shared = summary["rows"]["true_labels"], summary["rows"]["true_labels_shared"]
+    assert (private["data_model"], shared["data_model"]) == ("private", "shared")
+    assert [p["accuracy"] for p in shared["per_seed"]] == [p["accuracy"] for p in private["per_seed"]]
+    assert shared["accuracy"] == private["accuracy"] and shared["wall_seconds"] == private["wall_seconds"]
+    assert shared["spec"] == private["spec"] == "outputs:true_labels"
+    # a message carries 32 MNIST images (784 B each) under the private model, 32 int32 indices under the shared
+    assert private["message_bytes"] - shared["message_bytes"] == 32 * (28 * 28 - 4)
+    assert 0 < shared["bytes_per_node_step"] < private["bytes_per_node_step"]
+    for p, s in zip(private["per_seed"], shared["per_seed"], strict=True):
+        assert s["bytes_per_node_step"] * private["message_bytes"] == pytest.approx(
+            p["bytes_per_node_step"] * shared["message_bytes"])  # the same messages sent
+
+
+def test_a_sweep_seed_equals_that_seed_trained_alone(smoke):
+    _, summary = smoke
+    recipe = dataclasses.replace(recipes.smoke(), seed=1)
+    dataset = recipe.load()
+    alone = network.train_network(recipe.network(4, "true_labels", eval_every=10), recipe.model(dataset.num_classes),
+                                  dataset, progress=False)
+    seed1 = summary["rows"]["true_labels"]["per_seed"][1]
+    assert seed1["accuracy"] == pytest.approx(alone["final"]["collective_accuracy"]["negentropy"], abs=1e-6)
+    assert seed1["avg_accuracy"] == pytest.approx(alone["final"]["avg_accuracy"], abs=1e-6)
+
+
+def test_paired_differences_from_isolated_nodes_on_the_same_seed(smoke):
+    _, summary = smoke
+    rows = summary["rows"]
+    base = [p["accuracy"] for p in rows["isolated"]["per_seed"]]
+    assert "paired_diff_vs_isolated" not in rows["isolated"]
+    for name, row in rows.items():
+        if name == "isolated":
+            continue
+        diffs = [p["accuracy"] - b for p, b in zip(row["per_seed"], base, strict=True)]
+        assert row["paired_diff_vs_isolated"] == pytest.approx(np.mean(diffs)), name
+        lo, hi = row["paired_diff_vs_isolated_ci95"]
+        # 2 seeds: mean -/+ t(0.975, 1) = 12.706 x sd / sqrt(2), sd / sqrt(2) = |d1 - d0| / 2
+        assert (hi - lo) / 2 == pytest.approx(12.7062 * abs(diffs[1] - diffs[0]) / 2, rel=1e-4), name
+
+
+def test_smoke_table_and_plot_name_the_pareto_front(smoke):
+    out, summary = smoke
+    rows = summary["rows"]
+    assert summary["frontier"] == bf.frontier({n: r for n, r in rows.items() if not n.endswith("_shared")})
+    assert summary["frontier_shared"] == bf.frontier({n: r for n, r in rows.items() if n != "true_labels"})
+    table = (out / "table.md").read_text()
+    assert "| Pareto front |" in table and "not trained again" in table
+    sentence = next(line for line in table.splitlines() if line.startswith("Pareto front under the private"))
+    assert [part.split(" (")[0] for part in sentence.split(": ", 1)[1].split(" → ")] == summary["frontier"]
+    iso = next(line for line in table.splitlines() if line.startswith("| isolated |"))
+    assert f"{rows['isolated']['accuracy']:.1f} ± {rows['isolated']['accuracy_sd']:.1f}" in iso
+    assert (out / "frontier.png").stat().st_size > 10_000
+
+
+def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, monkeypatch):
+    system = types.SimpleNamespace(bytes_per_node_step=lambda: 100.0, num_params=10, message_bytes=50)
+
+    def train_one(config, method, dataset, model, seed, **kwargs):
+        if seed == 1:
+            raise driver.Diverged(7, 2, 1e9, bound=100.0, good_step=5, saved=None)
+        return {"final": {"avg_accuracy": 40.0 + seed}, "steps_done": 20, "train_seconds": 2.0, "history": [],
+                "system": system}
+
+    monkeypatch.setattr(bf, "train_one", train_one)
+    config = bf.BandwidthFrontierConfig(methods=("qsgd:4:ef",), num_nodes=4, gossip_neighbours=1)
+    out = bf.run_method(config, bf.parse_method("qsgd:4:ef"), types.SimpleNamespace(num_classes=10),
+                        checkpoints=None, progress=False)
+    row = out["rows"]["qsgd_4lvl_ef"]
+    assert [p["accuracy"] for p in row["per_seed"]] == [40.0, None, 42.0] and row["seeds"] == 3
+    assert row["accuracy"] is None and row["accuracy_sd"] is None and row["wall_seconds"] == 4.0
+    assert row["stopped"] == ["seed 1: diverged: loss above 100 (1e+09) at node 2 at step 7"]
+    assert (row["bytes_per_node_step"], row["steps"], row["total_bytes_per_node"]) == (100.0, 20, 2000.0)
+    assert row["fraction_of_dense_allreduce"] == pytest.approx(100 / 60)  # 2 (N - 1) / N x 4 x 10 parameters
+    rows = smoke[1]["rows"] | out["rows"]
+    bf.add_paired(rows)
+    assert "paired_diff_vs_isolated" not in rows["qsgd_4lvl_ef"] and "qsgd_4lvl_ef" not in bf.frontier(rows)
+    table = bf.table_markdown(smoke[1] | {"rows": rows, "out_dir": "x"})
+    assert "| qsgd_4lvl_ef | `qsgd:4:ef` | compressed | stopped | - | - | 100 B |" in table
+    assert "qsgd_4lvl_ef stopped: seed 1: diverged" in table
+
+
+# --------------------------------------------------------------------------- names and fronts
+
+
+@pytest.mark.parametrize("spec, name", [
+    ("outputs:none", "isolated"), ("outputs:true_labels", "true_labels"), ("outputs:logits", "logits"),
+    ("outputs:features", "features"), ("sync", "sync_sgd"), ("gossip:100", "gossip_100"),
+    ("top_k:0.01", "top_k_1pct"), ("top_k:0.001", "top_k_0.1pct"), ("top_k:0.05", "top_k_5pct"),
+    ("top_k:0.125", "top_k_12.5pct"), ("top_k:0.01:layer:ef", "top_k_1pct"),
+    ("top_k:0.01:whole", "top_k_1pct_whole"), ("top_k:0.01:whole:noef", "top_k_1pct_whole_noef"),
+    ("random_k:0.1", "random_k_10pct"), ("random_k:0.01:ef", "random_k_1pct_ef"), ("sign", "sign"),
+    ("sign:whole", "sign_whole"), ("sign:noef", "sign_noef"), ("qsgd:4", "qsgd_4lvl"), ("qsgd:4:ef", "qsgd_4lvl_ef"),
+    ("qsgd:16:whole", "qsgd_16lvl_whole"), ("diloco:50", "diloco_h50"), ("local_sgd:50", "local_sgd_h50"),
+    ("codistill:100", "codistill_k100"), ("powersgd:4", "powersgd_r4"),
+])
+def test_row_names_say_the_method_and_its_setting(spec, name):
+    assert bf.row_name(bf.parse_method(spec)) == bf.row_name(bf.parse_method(spec), "private") == name
+
+
+@pytest.mark.parametrize("spec, name", [("outputs:true_labels", "true_labels_shared"),
+                                        ("outputs:logits", "logits_shared"), ("outputs:features", "features_shared")])
+def test_output_sharing_has_a_shared_data_model_twin(spec, name):
+    method = bf.parse_method(spec)
+    assert bf.row_name(method, "shared") == name and bf.row_names(method) == [bf.row_name(method), name]
+
+
+@pytest.mark.parametrize("spec", ["outputs:none", "sync", "gossip:10", "top_k:0.01", "diloco:10", "codistill:10"])
+def test_methods_whose_bytes_ignore_the_data_model_have_no_shared_row(spec):
+    method = bf.parse_method(spec)
+    assert bf.row_names(method) == [bf.row_name(method)]
+    with pytest.raises(ValueError, match="shared data model"):
+        bf.row_name(method, "shared")
+
+
+def test_frontier_keeps_the_rows_nothing_cheaper_beats():
     rows = {"a": {"bytes_per_node_step": 10, "accuracy": 50}, "b": {"bytes_per_node_step": 100, "accuracy": 48},
             "c": {"bytes_per_node_step": 1000, "accuracy": 60}, "d": {"bytes_per_node_step": 0, "accuracy": 45},
-            "e": {"bytes_per_node_step": 10, "accuracy": 40}}
+            "e": {"bytes_per_node_step": 10, "accuracy": 40}, "f": {"bytes_per_node_step": 5, "accuracy": None},
+            "g": {"bytes_per_node_step": None, "accuracy": None}}  # f, g: a seed stopped
     assert bf.frontier(rows) == ["d", "a", "c"]
+
+
+def test_the_fronts_under_each_data_model():
+    row = lambda b, a, model=None: {"bytes_per_node_step": b, "accuracy": a} | ({"data_model": model} if model else {})
+    rows = {"isolated": row(0, 50, "private"), "true_labels": row(50_000, 55, "private"),
+            "true_labels_shared": row(100, 55, "shared"), "top_k_0.1pct": row(13_000, 53),
+            "sync_sgd": row(1_000_000, 60)}
+    assert set(bf.under(rows, "private")) == {"isolated", "true_labels", "top_k_0.1pct", "sync_sgd"}
+    assert set(bf.under(rows, "shared")) == {"isolated", "true_labels_shared", "top_k_0.1pct", "sync_sgd"}
+    assert bf.fronts(rows) == {"frontier": ["isolated", "top_k_0.1pct", "true_labels", "sync_sgd"],
+                               "frontier_shared": ["isolated", "true_labels_shared", "sync_sgd"]}
+    assert bf.front_sentence(rows, bf.fronts(rows)["frontier_shared"], "shared") == (
+        "Pareto front under the shared data model, by bytes per node and step: isolated (0 B, 50) → "
+        "true_labels_shared (100 B, 55) → sync_sgd (1 MB, 60).")
+
+
+# --------------------------------------------------------------------------- configs
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -87,22 +236,132 @@ def test_other_config_rules():
     for kwargs, field in [({"chapter2_preset": "gpu"}, "chapter2_preset"), ({"num_nodes": 1}, "num_nodes"),
                           ({"gossip_neighbours": 10}, "gossip_neighbours"), ({"methods": ()}, "methods"),
                           ({"methods": ("sync", "sync")}, "methods"), ({"time_budget_s": -1}, "time_budget_s"),
+                          ({"methods": ("top_k:0.01", "top_k:0.01:layer")}, "distinct rows"),
+                          ({"num_seeds": 0}, "num_seeds"),
                           ({"chapter2_overrides": ("num_steps=-1",)}, "num_steps"),
                           ({"chapter2_overrides": ("stepz=3",)}, "unknown config field 'stepz'")]:
         with pytest.raises(ValueError, match=field):
             bf.BandwidthFrontierConfig(**kwargs)
 
 
-def test_cpu_preset_pins_the_chapter2_recipe_of_the_committed_frontier():
-    committed = json.loads((ROOT / "results/bandwidth_frontier/summary.json").read_text())["chapter2_config"]
-    chapter2 = json.loads(json.dumps(dataclasses.asdict(bf.cpu_config().chapter2())))  # tuples as lists
-    fields = ("widths", "hidden", "norm", "augment", "batch_size", "learning_rate", "num_steps", "consume_prob",
-              "broadcast_factor", "inbox_capacity", "temperature")
-    assert {f: chapter2[f] for f in fields} == {f: committed[f] for f in fields}
-    assert chapter2["lr_schedule"] == committed.get("lr_schedule", "constant") == "constant"
+def test_cpu_preset_is_the_current_chapter2_cpu_recipe_at_1000_steps_with_every_method():
+    config = bf.cpu_config()
+    assert config.chapter2_preset == "cpu" and config.chapter2_overrides == ("num_steps=1000",)
+    assert config.chapter2() == dataclasses.replace(recipes.cpu(), num_steps=1000)  # nothing else overridden
+    assert (config.num_nodes, config.num_seeds, config.seeds(), config.eval_every, config.time_budget_s) \
+        == (10, 3, [0, 1, 2], 500, 7200.0)
+    names = [bf.row_name(bf.parse_method(spec)) for spec in config.methods]
+    assert names == ["isolated", "true_labels", "sync_sgd", "logits", "diloco_h50", "top_k_1pct", "codistill_k100",
+                     "powersgd_r4", "gossip_100", "features", "sign", "qsgd_4lvl_ef", "diloco_h10", "diloco_h250",
+                     "codistill_k500", "powersgd_r1"]  # issue 19's list, one setting of each first
+    assert {bf.parse_method(spec).family for spec in config.methods} == set(bf.FAMILIES)
+    thesis = bf.thesis_config()
+    assert thesis.chapter2() == recipes.thesis() and thesis.methods == config.methods
+    assert (thesis.num_seeds, thesis.time_budget_s) == (3, 0.0)
 
 
-def test_report_merges_runs_that_train_by_the_same_recipe(tmp_path):
+# --------------------------------------------------------------------------- resume
+
+
+def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch):
+    """A run interrupted at sync's second seed resumes: the finished sweep and sync's seed 0 come back from their
+    checkpoints without a training step, only seed 1 of sync trains."""
+    out = tmp_path / "run"
+    args = ["--preset", "smoke", "--out", str(out), "methods=outputs:true_labels,sync"]
+    monkeypatch.setenv("JAXCOMM_NO_REPORT", "1")
+    train = data_parallel.train_data_parallel
+
+    def interrupted_at_seed_1(net, *args, **kwargs):
+        if net.seed == 1:
+            raise KeyboardInterrupt
+        return train(net, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(data_parallel, "train_data_parallel", interrupted_at_seed_1)
+        assert bf.cli(args) == 130
+    assert not (out / "summary.json").exists()
+    calls, drive = [], driver.train
+
+    def recorded(*args, **kwargs):
+        result = drive(*args, **kwargs)
+        calls.append((kwargs["desc"], result["resumed_from"], result["steps_done"]))
+        return result
+
+    monkeypatch.setattr(driver, "train", recorded)
+    assert bf.cli([*args, "--resume"]) == 0
+    assert [call for call in calls if call[1] != 20] == [("sync_sgd seed 1", 0, 20)]  # the one that trained
+    restored = {desc for desc, start, done in calls if start == done == 20}
+    assert "sync_sgd seed 0" in restored and any(desc.startswith("true_labels") for desc in restored)
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    for name in ("true_labels", "sync_sgd"):  # the same numbers as the smoke run's, trained in one go
+        assert [p["accuracy"] for p in rows[name]["per_seed"]] \
+            == [p["accuracy"] for p in smoke[1]["rows"][name]["per_seed"]], name
+
+
+def test_resume_budget_counts_the_training_of_restored_methods(monkeypatch):
+    """A method restored in no time still counts its recorded seconds against the time budget."""
+    restored = lambda config, method, *args, **kwargs: {"rows": {bf.row_name(method): {"wall_seconds": 1000.0}},
+                                                        "curves": []}  # trained 1,000 s before, back at once
+    monkeypatch.setattr(recipes.Chapter2Recipe, "load", lambda self: type("Dataset", (), {"name": "d"})())
+    monkeypatch.setattr(bf, "run_method", restored)
+    monkeypatch.setattr(bf, "add_paired", lambda rows: None)
+    monkeypatch.setattr(bf, "fronts", lambda rows: {})
+    config = bf.BandwidthFrontierConfig(methods=("sync", "sign", "qsgd:4"), time_budget_s=1500.0)
+    out = bf.run(config)  # without the restored 1,000 s, sign would start: 0 s + 1,000 s estimated < 1,500 s
+    assert [s.split(" ")[0] for s in out["skipped"]] == ["sign", "qsgd:4"]
+
+
+# --------------------------------------------------------------------------- superseded results and merges
+
+
+def test_the_superseded_single_seed_frontier_redraws_unchanged(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / SUPERSEDED, tmp_path / SUPERSEDED)
+    monkeypatch.chdir(tmp_path)  # its table names its folder: results/bandwidth_frontier/superseded
+    (SUPERSEDED / "table.md").unlink()
+    bf.write_report(SUPERSEDED, plots=False)
+    assert (SUPERSEDED / "table.md").read_bytes() == (ROOT / SUPERSEDED / "table.md").read_bytes()
+    summary = bf.merge_runs(SUPERSEDED)  # its extra/ and extra2/ runs joined it: 16 methods, no skipped
+    assert len(summary["rows"]) == 16 and summary["skipped"] == [] and len(summary["extra_runs"]) == 2
+    assert not bf.multi_seed(summary) and summary["frontier"][0] == "outputs:none"
+
+
+def test_a_new_run_does_not_merge_the_superseded_one_and_says_where_it_is(smoke, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(smoke[0], out)
+    shutil.copytree(ROOT / SUPERSEDED, out / "superseded")
+    summary = bf.merge_runs(out)
+    assert list(summary["rows"]) == SMOKE_ROWS and summary["extra_runs"] == []
+    assert "not merged: " in capsys.readouterr().out
+    [other] = summary["other_runs"]
+    assert other["folder"] == "superseded" and "one seed per method" in other["reasons"][0]
+    assert "learning_rate=0.001" in other["reasons"][1]
+    table = bf.table_markdown(summary)
+    assert "The superseded frontier is in `superseded/`" in table and "`superseded/table.md`" in table
+
+
+def test_report_merges_new_runs_of_the_same_settings(smoke, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(smoke[0], out)
+    parent = json.loads((out / "summary.json").read_text())
+    parent["skipped"] = ["sign (estimated 9 s, over the time budget)"]
+    (out / "summary.json").write_text(json.dumps(parent))
+    isolated = parent["rows"]["isolated"]
+    sign = parent["rows"]["top_k_5pct"] | {  # 10 points over isolated nodes on every seed, for 1 byte
+        "spec": "sign", "bytes_per_node_step": 1.0, "accuracy": isolated["accuracy"] + 10,
+        "per_seed": [p | {"accuracy": p["accuracy"] + 10} for p in isolated["per_seed"]]}
+    del sign["paired_diff_vs_isolated"], sign["paired_diff_vs_isolated_ci95"]
+    (out / "extra").mkdir()
+    (out / "extra" / "summary.json").write_text(json.dumps(
+        parent | {"config": parent["config"] | {"methods": ["sign"], "eval_every": 5}, "rows": {"sign": sign},
+                  "command": "extra"}))
+    summary = bf.merge_runs(out)
+    assert list(summary["rows"]) == [*SMOKE_ROWS, "sign"] and summary["skipped"] == []
+    assert summary["frontier"][:2] == summary["frontier_shared"][:2] == ["isolated", "sign"]
+    assert summary["rows"]["sign"]["paired_diff_vs_isolated"] == pytest.approx(10)
+    assert "Rows sign come from a second run" in bf.table_markdown(summary)
+
+
+def test_report_merges_single_seed_runs_that_train_by_the_same_recipe(tmp_path):
     # The parent's chapter-2 config is an older summary's (the whole chapter-2 experiment config); a run
     # below it with the recipe alone joins it, a run with another learning rate does not.
     recipe = json.loads(json.dumps(dataclasses.asdict(bf.cpu_config().chapter2())))
@@ -120,7 +379,7 @@ def test_report_merges_runs_that_train_by_the_same_recipe(tmp_path):
 
     write(tmp_path, old, {"sync": (1000.0, 60.0)})
     write(tmp_path / "extra", recipe | {"data_dir": "/elsewhere"}, {"gossip:10": (100.0, 61.0)}, eval_every=500)
-    write(tmp_path / "other", recipe | {"learning_rate": 0.003}, {"sign": (10.0, 70.0)})
+    write(tmp_path / "other", recipe | {"learning_rate": recipe["learning_rate"] / 3}, {"sign": (10.0, 70.0)})
     summary = bf.merge_runs(tmp_path)
     assert set(summary["rows"]) == {"sync", "gossip:10"} and summary["skipped"] == []
     assert summary["frontier"] == ["gossip:10"]

@@ -360,6 +360,87 @@ def test_gradient_paths_in_the_population(trained):
     assert _norm(agents.probe["kernel"][frozen]) > 0.0  # the random-init probe still learns
 
 
+def test_fixed_temperature_member_equals_a_constant_schedule(tiny_setup):
+    """temperature=T in a mixed population trains exactly as a population whose schedule is constant at T."""
+    config, data = tiny_setup
+    mixed = _trainer(config, data)([language.Member("both_feedback", 0), language.Member("both_feedback", 1,
+                                                                                         temperature=0.7)])
+    constant = _trainer(config.replace(tau_init=0.7, tau_decay=1.0), data)([language.Member("both_feedback", 1)])
+    chex.assert_trees_all_close(jax.tree_util.tree_map(lambda leaf: leaf[1], mixed.agents),
+                                jax.tree_util.tree_map(lambda leaf: leaf[0], constant.agents), rtol=2e-4, atol=2e-6)
+
+
+def test_delayed_probe_starts_late_and_leaves_the_agents_alone(tiny_setup):
+    config, data = tiny_setup
+    train = _trainer(config, data)
+    members = [language.Member("baseline", 0), language.Member("baseline", 0, probe_delay=2)]
+    for steps, moved in ((2, False), (3, True)):
+        state = train(members, steps=steps)
+        at = lambda tree, i: jax.tree_util.tree_map(lambda leaf: leaf[i], tree)
+        chex.assert_trees_all_equal(at(state.agents.params, 0), at(state.agents.params, 1))  # stopped features
+        assert (_norm(at(state.agents.probe, 1)) > 0.0) == moved
+        assert int(state.agents.probe_opt[0].count[1]) == steps - 2 and int(state.agents.probe_opt[0].count[0]) == steps
+
+
+def test_members_reject_bad_temperature_and_delay():
+    with pytest.raises(ValueError, match=r"members\[0\].temperature must be a number >= 0"):
+        language.check_members([language.Member("baseline", 0, temperature=-1.0)])
+    with pytest.raises(ValueError, match=r"members\[0\].probe_delay must be an integer >= 0"):
+        language.check_members([language.Member("baseline", 0, probe_delay=1.5)])
+
+
+def test_collapse_over_run_on_a_hand_made_curve():
+    curve = {"disc_a": [0.52, 0.9, 0.9, 0.53, 0.9], "disc_b": [0.9, 0.9, 0.9, 0.9, 0.9],
+             "agreement": [0.5, 0.85, 0.99, 0.9, 0.79], "distinct_a": [0.1, 0.2, 0.8, 0.8, 0.1],
+             "distinct_b": [0.9, 0.9, 0.26, 0.9, 0.1]}
+    # 0: chance critic but independent messages; 1: shared and few (0.2 <= 0.25); 2: shared but many (0.26);
+    # 3: shared with a critic at chance (|0.53 - 0.5| <= 0.05); 4: few but agreement 0.79 < 0.8.
+    assert language.collapse_over_run(curve) == [False, True, False, True, False]
+
+
+def test_hard_symbols_are_each_members_argmax(trained, tiny_setup, tiny_dataset):
+    config, _ = tiny_setup
+    _, state = trained
+    arrays = language.member_arrays(config, MEMBERS, length=LENGTH, num_pixels=64, side=8)
+    images = tiny_dataset.test.images[:5]
+    symbols = language.hard_symbols(config, state.agents.params, arrays, images, LENGTH)
+    gen = language.MessageGenerator(hidden=config.hidden, length=LENGTH)
+    x = np.asarray(images, np.float32).reshape(5, -1) / 255.0
+    for i in (0, 5):
+        view = language.apply_view(x, arrays.invert_b[i], arrays.keep_b[i])
+        logits, _ = gen.apply({"params": jax.tree_util.tree_map(lambda leaf, i=i: leaf[i],
+                                                                state.agents.params["gen_b"])}, view)
+        np.testing.assert_array_equal(symbols["b"][i], np.argmax(logits, -1))
+    assert symbols["a"].shape == (len(MEMBERS), 5, LENGTH)
+
+
+def test_refit_probes_equal_each_members_probe_alone(trained, tiny_setup, tiny_dataset):
+    """The refit is chapter 2's probe (jaxcomm.probe.train_probe) on each member's frozen features of B's view."""
+    from jaxcomm import data, probe
+
+    config, _ = tiny_setup
+    _, state = trained
+    dataset = data.ImageDataset("synthetic", tiny_dataset.train, tiny_dataset.test, tiny_dataset.test, 4)
+    arrays = language.member_arrays(config, MEMBERS, length=LENGTH, num_pixels=64, side=8)
+    fns = language.make_agents(config, LENGTH, 64, 4)
+    probe_config = probe.ProbeConfig(epochs=4, batch_size=32, learning_rate=0.05)
+    key = jax.random.PRNGKey(3)
+    refit = language.refit_probes(fns, state.agents.params["gen_b"], dataset, arrays, probe_config, key)
+    train_one = jax.jit(probe.train_probe, static_argnames=("num_classes", "config"))
+    for i in (0, 8):  # a trained member and the frozen one
+        feats = [language.split_features(fns, state.agents.params["gen_b"], split, arrays)[i]
+                 for split in (dataset.train, dataset.test)]
+        np.testing.assert_allclose(feats[1][:3], fns.features(state.agents.params["gen_b"],
+                                                              dataset.test.images[:3], arrays)[i], rtol=1e-6)
+        single = train_one(key, feats[0], dataset.train.labels, feats[1], dataset.test.labels, num_classes=4,
+                           config=probe_config)
+        test = 100 * float(np.mean(np.argmax(probe.probe_logits(single, feats[1]), -1) == dataset.test.labels))
+        assert refit["test_accuracy"][i] == pytest.approx(test, abs=1e-3)
+        assert refit["val_accuracy"][i] == pytest.approx(100 * float(single.val_accuracy), abs=1e-3)
+        gain = 100 * (float(np.max(single.val_curve)) - float(np.max(single.val_curve[:3])))
+        assert bool(refit["converged"][i]) == (gain < 0.2) and refit["best_epoch"][i] == int(single.best_epoch)
+
+
 def test_summed_normalisation_scales_the_weights_by_length():
     members = [language.Member("both_feedback", 0, normalisation=norm) for norm in ("mean", "sum")]
     level = language.member_arrays(language.AgentsConfig(), members, length=8, num_pixels=784, side=28).level
@@ -462,6 +543,11 @@ def lx():
     ("study_settings", ("noise70",), "study_settings must be distinct names"),
     ("seeds", 0, "seeds must be an integer >= 1"),
     ("backend", "pmap", "backend must be one of"),
+    ("refit_learning_rate", 0.0, "refit_learning_rate must be a number > 0"),
+    ("probe_delay", 20, r"probe_delay must be an integer below num_steps \(20\)"),
+    ("ablation_levels", ("telepathy",), "ablation_levels must be distinct names from levels"),
+    ("fixed_temperature", -1.0, "fixed_temperature must be a number >= 0"),
+    ("reinforce", "yes", "reinforce must be True or False"),
 ])
 def test_config_rejects_bad_values(lx, field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -498,13 +584,27 @@ def test_members_of_the_experiment(lx):
     assert len(table) == len(config.levels) * config.seeds + config.random_init_seeds
     halves = [e.member for e in entries if e.setting == "halves"]
     assert halves and all(m.view == "halves" and m.noise == config.noise for m in halves)
+    ablations = {g: [e for e in entries if e.group == g] for g in lx.ABLATIONS}
+    for group, entries_of in ablations.items():  # the table's levels and seeds, one setting changed
+        assert [(e.member.level, e.member.seed) for e in entries_of] == [
+            (lv, s) for lv in config.ablation_levels for s in range(config.seeds)], group
+    assert {e.member.temperature for e in ablations["fixed_temperature"]} == {config.fixed_temperature}
+    assert {e.member.probe_delay for e in ablations["delayed_probe"]} == {config.probe_delay}
+    assert {e.estimator for e in ablations["reinforce"]} == {"reinforce"}
+    prereg = [e for e in entries if e.group == "prereg"]
+    seeds = range(config.prereg_first_seed, config.prereg_first_seed + config.prereg_seeds)
+    assert [(e.member.level, e.member.seed) for e in prereg] == [(lv, s) for lv in ("baseline", "both_feedback")
+                                                                for s in seeds]
+    assert {(e.member.view, e.member.normalisation) for e in prereg} == {("halves", "sum")}
+    assert not set(seeds) & set(range(config.study_seeds))  # new seeds
     pops = lx.populations(config)
-    assert sorted(pops) == [(8, 20), (64, 20)] and sum(map(len, pops.values())) == len(entries)
+    assert sorted(pops) == [(8, 20, "gumbel"), (8, 20, "reinforce"), (64, 20, "gumbel")]
+    assert sum(map(len, pops.values())) == len(entries) and pops[(8, 20, "reinforce")] == ablations["reinforce"]
 
 
 def test_smoke_run_writes_summary(lx, tmp_path):
     out = tmp_path / "language"
-    argv = ["--preset", "smoke", "--out", str(out), "study_settings=halves"]  # one population
+    argv = ["--preset", "smoke", "--out", str(out), "study_settings=halves", "reinforce=False"]  # one population
     assert lx.cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in ("experiment", "preset", "command", "git_commit", "device", "wall_seconds", "rows"):
@@ -517,8 +617,16 @@ def test_smoke_run_writes_summary(lx, tmp_path):
         assert rows[row]["seeds"] == 2 and 0 <= rows[row]["test_accuracy"] <= 100
     assert rows["baseline"]["paired_diff_vs_baseline"] == 0.0
     assert "random_init_probe" in rows and "ce_sum/both_feedback" in rows and "study/halves/both_feedback" in rows
+    for name in ("fixed_temperature/both_feedback", "delayed_probe/baseline", "prereg/both_feedback"):
+        assert rows[name]["seeds"] == 2 and "paired_diff_ci95" in rows[name], name
+    for lv in lx.LEVELS:  # the refit probe, the whole-run collapse rule and the language metrics of every level
+        assert 0 <= rows[lv]["refit_test_accuracy"] <= 100 and rows[lv]["refit_converged"] <= 2
+        assert 0 <= rows[lv]["collapsed_runs"] <= 2 and rows[lv]["collapsed_evaluations"] >= rows[lv]["collapsed_runs"]
+        assert 0.0 <= rows[lv]["lang_a_message_entropy"] <= math.log2(40) + 1e-9
+    assert rows["delayed_probe/baseline"]["paired_seeds_vs_table"] == 2
     curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines()]
-    assert {c["group"] for c in curves} == {"table", "ce_sum", "study"}
+    assert {c["group"] for c in curves} == {"table", "ce_sum", "study", "fixed_temperature", "delayed_probe",
+                                            "prereg"}
     assert {c["population"] for c in curves} == {"L8_steps20"} and len(summary["populations"]) == 1
     for name in ("table.md", "fig4_3.png", "messages.png"):
         assert (out / name).stat().st_size > 0

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import unsupervised_exchange as ue
-from jaxcomm import unsupervised
+from jaxcomm import probe, unsupervised
 from jaxcomm.models.bigan import BiGAN, PairDiscriminator
 from jaxcomm.models.vae import VAE, ConvDecoder, depth_to_space
 
@@ -311,16 +311,16 @@ def _separable(rng, n, f=6, c=3):
 def test_probe_learns_separable_features_and_keeps_its_best_epoch():
     rng = np.random.default_rng(0)
     (x, y), (vx, vy) = _separable(rng, 600), _separable(rng, 200)
-    config = unsupervised.ProbeConfig(epochs=8, batch_size=64, learning_rate=0.05)
-    probe = jax.jit(unsupervised.train_probe, static_argnames=("num_classes", "config"))(
+    config = probe.ProbeConfig(epochs=8, batch_size=64, learning_rate=0.05)
+    fitted = jax.jit(probe.train_probe, static_argnames=("num_classes", "config"))(
         jax.random.PRNGKey(0), x, y, vx, vy, num_classes=3, config=config)
-    chex.assert_shape([probe.weights, probe.bias, probe.val_curve], [(6, 3), (3,), (8,)])
-    assert float(probe.val_accuracy) > 0.97
-    assert float(probe.val_accuracy) == pytest.approx(float(jnp.max(probe.val_curve)))
-    assert int(probe.best_epoch) == int(jnp.argmax(probe.val_curve)) + 1  # the earliest best epoch, 1-based
+    chex.assert_shape([fitted.weights, fitted.bias, fitted.val_curve], [(6, 3), (3,), (8,)])
+    assert float(fitted.val_accuracy) > 0.97
+    assert float(fitted.val_accuracy) == pytest.approx(float(jnp.max(fitted.val_curve)))
+    assert int(fitted.best_epoch) == int(jnp.argmax(fitted.val_curve)) + 1  # the earliest best epoch, 1-based
     # The standardisation is folded in: the raw-feature classifier scores what early stopping measured.
-    accuracy = jnp.mean(jnp.argmax(unsupervised.probe_logits(probe, vx), -1) == vy)
-    assert float(accuracy) == pytest.approx(float(probe.val_accuracy), abs=1e-6)
+    accuracy = jnp.mean(jnp.argmax(probe.probe_logits(fitted, vx), -1) == vy)
+    assert float(accuracy) == pytest.approx(float(fitted.val_accuracy), abs=1e-6)
 
 
 def test_probes_of_all_nodes_equal_single_node_probes_and_feed_the_collective():
@@ -328,14 +328,14 @@ def test_probes_of_all_nodes_equal_single_node_probes_and_feed_the_collective():
     splits = [_separable(rng, n) for n in (300, 100, 100)]
     noise = rng.normal(size=(3, 500, 6)).astype(np.float32) * np.array([0.0, 2.0, 4.0])[:, None, None]
     feats = [np.stack([s[0] + noise[i, : len(s[0])] for i in range(3)]) for s in splits]  # 3 nodes, noisier and noisier
-    config = unsupervised.ProbeConfig(epochs=3, batch_size=50, learning_rate=0.05)
+    config = probe.ProbeConfig(epochs=3, batch_size=50, learning_rate=0.05)
     key = jax.random.PRNGKey(0)
     result = unsupervised.probe_accuracies(key, (feats[0], splits[0][1]), (feats[1], splits[1][1]),
                                            (feats[2], splits[2][1]), num_classes=3, config=config)
-    train_one = jax.jit(unsupervised.train_probe, static_argnames=("num_classes", "config"))
+    train_one = jax.jit(probe.train_probe, static_argnames=("num_classes", "config"))
     for i in range(3):
         single = train_one(key, feats[0][i], splits[0][1], feats[1][i], splits[1][1], num_classes=3, config=config)
-        accuracy = 100 * float(jnp.mean(jnp.argmax(unsupervised.probe_logits(single, feats[2][i]), -1)
+        accuracy = 100 * float(jnp.mean(jnp.argmax(probe.probe_logits(single, feats[2][i]), -1)
                                         == splits[2][1]))
         assert result["node_accuracies"][i] == pytest.approx(accuracy, abs=1e-3), i
         assert result["best_epochs"][i] == int(single.best_epoch)
