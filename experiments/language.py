@@ -380,7 +380,7 @@ def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progr
         pop["members"] = [{"group": e.group, "setting": e.setting, "estimator": e.estimator, **m}
                           for e, m in zip(entries, pop["members"], strict=True)]
         if config.metric_images:
-            symbols = language.hard_symbols(config, pop["final_params"], pop["arrays"], metric_images, length)
+            symbols = pop["functions"].symbols(pop["final_params"], jnp.asarray(metric_images), pop["arrays"])
             for i, m in enumerate(pop["members"]):
                 if m["group"] != "study":  # the study's cells read accuracy only (CPU budget)
                     m["language"] = {agent: language_metrics.language_report(

@@ -636,6 +636,7 @@ class AgentFunctions(NamedTuple):
     evaluate: Any  # evaluate(gen_b, probe, images, labels, weight, arrays) -> [S] weighted correct, jitted
     diagnose: Any  # diagnose(params, images, arrays) -> dict of [S], jitted
     features: Any  # features(gen_b, images [B, H, W, 1], arrays) -> [S, B, hidden[-1]] of B's views, jitted
+    symbols: Any  # symbols(params, images [B, H, W, 1], arrays) -> {"a", "b"}: [S, B, L] argmax messages, jitted
 
 
 def seed_key(config: AgentsConfig, seed: int) -> jax.Array:
@@ -817,9 +818,16 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
         agents, info = lifted_step(state.agents, arrays, state.step, train)
         return AgentsState(agents, state.step + 1), info
 
+    def generate(gen_params, images, invert, keep):  # (logits, features) of one agent's view of the images
+        x = apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert, keep)
+        return gen.apply({"params": gen_params}, x)
+
     def features_b(gen_b, images, invert_b, keep_b):
-        x = apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert_b, keep_b)
-        return gen.apply({"params": gen_b}, x)[1]
+        return generate(gen_b, images, invert_b, keep_b)[1]
+
+    def symbols_member(params, images, invert_a, keep_a, invert_b, keep_b):
+        return {"a": jnp.argmax(generate(params["gen_a"], images, invert_a, keep_a)[0], -1),
+                "b": jnp.argmax(generate(params["gen_b"], images, invert_b, keep_b)[0], -1)}
 
     def correct(gen_b, probe, images, labels, weight, invert_b, keep_b):
         logits = features_b(gen_b, images, invert_b, keep_b) @ probe["kernel"] + probe["bias"]
@@ -827,6 +835,9 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
 
     lifted_features = population.lift(features_b, backend=config.backend, in_axes=(0, None, 0, 0))
     features = jax.jit(lambda gen_b, images, arrays: lifted_features(gen_b, images, arrays.invert_b, arrays.keep_b))
+    lifted_symbols = population.lift(symbols_member, backend=config.backend, in_axes=(0, None, 0, 0, 0, 0))
+    symbols = jax.jit(lambda params, images, arrays: lifted_symbols(params, images, arrays.invert_a, arrays.keep_a,
+                                                                    arrays.invert_b, arrays.keep_b))
 
     lifted_correct = population.lift(correct, backend=config.backend, in_axes=(0, 0, None, None, None, 0, 0))
     evaluate = jax.jit(lambda gen_b, probe, images, labels, weight, arrays: lifted_correct(
@@ -853,7 +864,7 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
     lifted_diag = population.lift(diagnose_member, backend="map", in_axes=(0, None, 0, 0, 0, 0), map_batch_size=4)
     diagnose = jax.jit(lambda params, images, arrays: lifted_diag(params, images, arrays.invert_a, arrays.keep_a,
                                                                   arrays.invert_b, arrays.keep_b))
-    return AgentFunctions(init, step, evaluate, diagnose, features)
+    return AgentFunctions(init, step, evaluate, diagnose, features, symbols)
 
 
 def distinct_fraction(msg: jax.Array) -> jax.Array:
@@ -862,30 +873,6 @@ def distinct_fraction(msg: jax.Array) -> jax.Array:
     same = jnp.all(bits[:, None, :] == bits[None, :, :], axis=-1)  # [B, B]
     first = ~jnp.any(jnp.tril(same, k=-1), axis=1)  # no earlier identical message
     return jnp.mean(first)
-
-
-def hard_symbols(config: AgentsConfig, params: dict, arrays: MemberArrays, images: jax.Array, length: int) -> dict:
-    """Each member's evaluation messages (argmax of every head, Fig. 4.2) of both agents.
-
-    Args:
-      config: the agents' config (widths).
-      params: ``{"gen_a", "gen_b", ...}`` with leaves ``[S, ...]``.
-      arrays: the members' views.
-      images: ``[N, H, W, 1]`` uint8.
-      length: L.
-
-    Returns:
-      ``{"a": [S, N, L], "b": [S, N, L]}`` int32 symbols.
-    """
-    gen = MessageGenerator(hidden=config.hidden, length=length)
-    x = to_unit_float(jnp.asarray(images)).reshape(images.shape[0], -1)
-
-    def symbols(gen_params, invert, keep):
-        return jnp.argmax(gen.apply({"params": gen_params}, apply_view(x, invert, keep))[0], -1)
-
-    lifted = jax.jit(jax.vmap(symbols))
-    return {"a": lifted(params["gen_a"], arrays.invert_a, arrays.keep_a),
-            "b": lifted(params["gen_b"], arrays.invert_b, arrays.keep_b)}
 
 
 def probe_accuracy(fns: AgentFunctions, gen_b, probe, split: ImageSplit, arrays: MemberArrays) -> np.ndarray:

@@ -398,12 +398,12 @@ def test_collapse_over_run_on_a_hand_made_curve():
     assert language.collapse_over_run(curve) == [False, True, False, True, False]
 
 
-def test_hard_symbols_are_each_members_argmax(trained, tiny_setup, tiny_dataset):
+def test_symbols_are_each_members_argmax(trained, tiny_setup, tiny_dataset):
     config, _ = tiny_setup
     _, state = trained
     arrays = language.member_arrays(config, MEMBERS, length=LENGTH, num_pixels=64, side=8)
     images = tiny_dataset.test.images[:5]
-    symbols = language.hard_symbols(config, state.agents.params, arrays, images, LENGTH)
+    symbols = language.make_agents(config, LENGTH, 64, 4).symbols(state.agents.params, images, arrays)
     gen = language.MessageGenerator(hidden=config.hidden, length=LENGTH)
     x = np.asarray(images, np.float32).reshape(5, -1) / 255.0
     for i in (0, 5):
