@@ -22,6 +22,16 @@ evaluated every 250) and 5 CNN networks of 10 nodes (300 steps). Rows and sweeps
 are marked "failed" and the script exits 1. On a GPU the parent process does not preallocate memory
 (``XLA_PYTHON_CLIENT_PREALLOCATE=false``), so each row's process has the device to itself.
 
+Scale (``--scale``, or ``--only student_scale cnn_scale``): the largest population that trains in the memory
+budget (``--memory-gib``, default 24, on CPU; the device's limit on an accelerator). Student MLPs of 256, 1,024
+and 4,096 nodes and CNNs of 8, 32 and 128 train 4 steps (true labels over a ring, evaluated every 2), each N in a
+fresh process; a line through the peaks (peak RSS on CPU, the device's peak bytes in use on an accelerator) is
+extrapolated to the budget, and ``--scale-confirm`` trains 90 % of the predicted N to check it (opt-in: it can
+take most of the machine's memory). ``--merge-scale SCALE_DIR INTO_DIR`` puts a separate run's scale suite into
+another summary, as ``--merge-sweeps`` does for the sweeps.
+
+    python experiments/benchmark.py --scale --no-sweeps --only student_scale cnn_scale
+
 Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
 for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
 Timings use real MNIST digits (the shipped sample) for the MLPs; the CNN rows
@@ -100,6 +110,29 @@ def sweep_rows(quick: bool) -> list[SweepRow]:
     if quick:
         return [SweepRow("student", 4, 4, 100, 50)]
     return [SweepRow("student", 16, 10, 1000, 250), SweepRow("cnn", 5, 10, 300, 100)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleRow:
+    """The largest population of one workload that trains in a memory budget: peak memory at a few N, each in a
+    fresh process, fitted by a line and extrapolated to the budget."""
+
+    workload: str  # "student" or "cnn"
+    sizes: tuple[int, ...]  # the N measured
+    num_steps: int
+    eval_every: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload}_scale"
+
+
+def scale_rows(quick: bool) -> list[ScaleRow]:
+    if quick:
+        return [ScaleRow("student", (8, 32), 2, 1)]
+    # A few steps suffice: buffers are reused from the first step and the first evaluation on. The run must
+    # evaluate, since the evaluation's activations (every node on 1,000 test images) are part of the peak.
+    return [ScaleRow("student", (256, 1024, 4096), 4, 2), ScaleRow("cnn", (8, 32, 128), 4, 2)]
 
 
 def model_and_data(workload: str):
@@ -238,6 +271,121 @@ def measure_sweep(row: SweepRow, arm: str) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def with_train_size(dataset, size: int):
+    """``dataset`` with its training split repeated up to ``size`` images if it holds fewer (uint8 kept)."""
+    import numpy as np
+
+    held = len(dataset.train.labels)
+    if held >= size:
+        return dataset
+    rows = np.resize(np.arange(held), size)  # 0..held-1, 0..held-1, ...: no float copy of the images
+    return dataset._replace(train=dataset.train._replace(images=dataset.train.images[rows],
+                                                         labels=dataset.train.labels[rows]))
+
+
+def peak_memory(memory_gib: float) -> dict:
+    """This process' peak memory so far and the budget it is held against, both in MB (MiB).
+
+    On an accelerator, the device's ``peak_bytes_in_use`` and ``bytes_limit`` (``memory: "device"``); on CPU, or
+    where the device keeps no such statistics, the process' peak RSS against ``memory_gib`` (``"host_rss"``).
+    """
+    import jax
+
+    device = jax.local_devices()[0]
+    stats = (device.memory_stats() or {}) if device.platform != "cpu" else {}
+    if "peak_bytes_in_use" in stats:
+        return {"peak_mb": stats["peak_bytes_in_use"] / 2**20, "memory": "device",
+                "budget_mb": stats.get("bytes_limit", memory_gib * 2**30) / 2**20}
+    return {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "memory": "host_rss",
+            "budget_mb": memory_gib * 1024}
+
+
+def measure_scale(workload: str, num_nodes: int, num_steps: int, eval_every: int, *,
+                  memory_gib: float = 24.0) -> dict:
+    """Trains ``num_nodes`` nodes of ``workload`` (true labels over a ring, evaluated every ``eval_every`` steps)
+    in this process and returns ``num_nodes``, ``seconds`` (wall clock of ``train_network``, compilation and
+    evaluations included) and :func:`peak_memory`'s ``peak_mb``, ``memory`` and ``budget_mb``."""
+    from jaxcomm import network
+
+    model, dataset = model_and_data(workload)
+    config = network.NetworkConfig(num_nodes=num_nodes, num_steps=num_steps, eval_every=eval_every,
+                                   content="true_labels", seed=0)
+    # Every node must hold an example (jaxcomm.data.partition_iid): give each at least a minibatch's worth, so
+    # the MNIST sample's 4,000 digits (or the CNN's 12,800 images) do not cap N. The images held then grow by
+    # B per node above 4,000 / 32 = 125 student nodes (400 CNN nodes): 25 KB (96 KB) a node, part of its cost.
+    dataset = with_train_size(dataset, num_nodes * config.batch_size)
+    start = time.perf_counter()
+    network.train_network(config, model, dataset, progress=False)
+    return {"num_nodes": num_nodes, "seconds": time.perf_counter() - start, **peak_memory(memory_gib)}
+
+
+def predict_max_nodes(sizes, peaks_mb, budget_mb: float) -> tuple[float, float, int | None]:
+    """``(per_node_mb, intercept_mb, predicted)``: the least-squares line ``peak = intercept + per_node x N``
+    through the measured peaks (MB) and the largest N whose predicted peak fits in ``budget_mb`` (MB); None
+    when memory does not grow with N (nothing to extrapolate), 0 when not even the intercept fits."""
+    import math
+
+    import numpy as np
+
+    if len(sizes) < 2:
+        raise ValueError(f"a line needs peaks at two sizes or more, got sizes={tuple(sizes)}")
+    per_node, intercept = (float(v) for v in np.polyfit(np.asarray(sizes, float), np.asarray(peaks_mb, float), 1))
+    if per_node <= 0:
+        return per_node, intercept, None
+    # 1e-9: the float rounding of an exact fit (e.g. 99.99999999999 for 100) must not cost a node
+    return per_node, intercept, max(0, math.floor((budget_mb - intercept) / per_node + 1e-9))
+
+
+def _scale_child(row: ScaleRow, num_nodes: int, timeout: int, memory_gib: float) -> dict:
+    """:func:`measure_scale` in a fresh interpreter (so the peak is this N's own); ``{"error": ...}`` if the
+    child failed, timed out or was killed (e.g. by the kernel for memory: no stderr then, only the status)."""
+    args = {"workload": row.workload, "num_nodes": num_nodes, "num_steps": row.num_steps,
+            "eval_every": row.eval_every, "memory_gib": memory_gib}
+    proc = _child(["--measure-scale", json.dumps(args)], timeout)
+    if proc.returncode:
+        return {"error": proc.stderr[-1000:] or f"exit status {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_scale(selected: list[ScaleRow], timeout: int, memory_gib: float, *, confirm: bool = False) -> dict:
+    """Each scale row: every size in its own interpreter, the line through their peaks, the largest N predicted
+    to fit in the budget and, with ``confirm``, a run at 90 % of it (opt-in: it can take most of the memory)."""
+    results = {}
+    for row in selected:
+        results[row.name] = r = _scale_row(row, timeout, memory_gib, confirm)
+        if "error" in r:
+            print(f"{row.name}: FAILED\n{r['error'][-3000:]}", file=sys.stderr)
+            continue
+        done = r["confirmed"]
+        print(f"{row.name:>14}: {r['per_node_mb']:.3f} MB/node + {r['intercept_mb']:.0f} MB; largest N in "
+              f"{r['budget_mb'] / 1024:.1f} GiB ({r['memory']}): {r['predicted_max_nodes']}"
+              + ("" if done is None else f"; N = {done['num_nodes']} " + (
+                  f"trained, peak {done['peak_mb']:.0f} MB" if done["trained"] else "FAILED")), flush=True)
+    return results
+
+
+def _scale_row(row: ScaleRow, timeout: int, memory_gib: float, confirm: bool) -> dict:
+    runs = []
+    for n in row.sizes:
+        run = _scale_child(row, n, timeout, memory_gib)
+        if "error" in run:
+            return {"error": f"N = {n}: {run['error']}"}
+        runs.append(run)
+    peaks = [run["peak_mb"] for run in runs]
+    budget = min(run["budget_mb"] for run in runs)
+    per_node, intercept, predicted = predict_max_nodes(row.sizes, peaks, budget)
+    confirmed, n = None, int(0.9 * (predicted or 0))  # 90 %: a fit's largest N would sit at the budget's edge
+    if confirm and n >= 1:
+        run = _scale_child(row, n, timeout, memory_gib)
+        # a failed confirmation is a finding about the prediction, not a failed row: the fit still stands
+        confirmed = {"num_nodes": n, "trained": "error" not in run, "peak_mb": run.get("peak_mb"),
+                     "seconds": run.get("seconds")} | ({"error": run["error"]} if "error" in run else {})
+    return {"workload": row.workload, "sizes": list(row.sizes), "num_steps": row.num_steps,
+            "eval_every": row.eval_every, "peaks_mb": peaks, "seconds": [run["seconds"] for run in runs],
+            "per_node_mb": per_node, "intercept_mb": intercept, "budget_mb": budget, "memory": runs[-1]["memory"],
+            "predicted_max_nodes": predicted, "confirmed": confirmed}
+
+
 def run_sweeps(selected: list[SweepRow], timeout: int) -> dict:
     """Each arm of each sweep row in its own interpreter (nothing compiled is shared between arms)."""
     results = {}
@@ -359,6 +507,13 @@ def format_table(summary: dict) -> str:
         lines += ["", f"The sweeps were measured in a separate run, `{other['command']}` (commit "
                   f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, float32 matmul "
                   f"{other['matmul_gflops']:.1f} GFLOP/s that day); its own table: `{other['out_dir']}/table.md`."]
+    if summary.get("scale"):
+        lines += _scale_table(summary["scale"])
+    if summary.get("scale_run"):  # merged by --merge-scale
+        other = summary["scale_run"]
+        lines += ["", f"The scale suite was measured in a separate run, `{other['command']}` (commit "
+                  f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, on {other['device']}); its own "
+                  f"table: `{other['out_dir']}/table.md`."]
     return "\n".join(lines)
 
 
@@ -416,17 +571,56 @@ def _sweeps_table(sweeps: dict) -> list[str]:
     return lines
 
 
-def merge_sweeps(sweeps_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
-    """Puts the sweeps of the run in ``sweeps_dir`` into the summary in ``into_dir`` under ``"sweeps"``, with
-    ``"sweeps_run"`` naming where they were measured, and redraws its table."""
-    sweeps = json.loads((pathlib.Path(sweeps_dir) / "summary.json").read_text())
+def _scale_table(scale: dict) -> list[str]:
+    lines = ["", "Scale: the largest population that trains in the memory budget. Each N trains a few steps (true "
+             "labels over a ring, evaluations on 1,000 test images included) in a fresh process; its peak is the "
+             "process' peak RSS on CPU (`host_rss`), the device's peak bytes in use on an accelerator (`device`). "
+             "The least-squares line through the peaks (intercept + MB per node x N) is extrapolated to the budget "
+             "(`--memory-gib` on CPU, the device's limit on an accelerator); `confirmed`: a run at 90 % of that N "
+             "(`--scale-confirm`), and its peak.", "",
+             "| scale | steps | N | peak MB at each N | MB per node | intercept MB | largest N in budget |"
+             " confirmed (N, peak MB) |", "|---|" + "---|" * 7]
+    for name, r in scale.items():
+        if "error" in r:
+            lines.append(f"| {name} | failed |" + " |" * 6)
+            continue
+        predicted = "-" if r["predicted_max_nodes"] is None else f"{r['predicted_max_nodes']:,}"
+        lines.append(f"| {name} | {r['num_steps']} | {' / '.join(f'{n:,}' for n in r['sizes'])} | "
+                     f"{' / '.join(f'{p:.0f}' for p in r['peaks_mb'])} | {r['per_node_mb']:.3f} | "
+                     f"{r['intercept_mb']:.0f} | {predicted} in {r['budget_mb'] / 1024:.1f} GiB ({r['memory']}) | "
+                     f"{_confirmed(r['confirmed'])} |")
+    return lines
+
+
+def _confirmed(confirmed: dict | None) -> str:
+    if confirmed is None:
+        return "not run"
+    if not confirmed["trained"]:
+        return f"{confirmed['num_nodes']:,}: FAILED"
+    return f"{confirmed['num_nodes']:,}: {confirmed['peak_mb']:.0f}"
+
+
+def merge_run(key: str, part_dir: str | pathlib.Path, into_dir: str | pathlib.Path,
+              fields: tuple[str, ...] = ("command", "git_commit", "wall_seconds", "device")) -> None:
+    """Puts ``summary[key]`` of the run in ``part_dir`` into the summary in ``into_dir``, with ``f"{key}_run"``
+    naming where it was measured (``fields`` of that run's summary and its folder), and redraws its table."""
+    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
     path = pathlib.Path(into_dir) / "summary.json"
     summary = json.loads(path.read_text())
-    summary["sweeps"] = sweeps["sweeps"]
-    summary["sweeps_run"] = {key: sweeps[key] for key in ("command", "git_commit", "wall_seconds", "matmul_gflops",
-                                                          "device")} | {"out_dir": str(sweeps_dir)}
+    summary[key] = part[key]
+    summary[f"{key}_run"] = {field: part[field] for field in fields} | {"out_dir": str(part_dir)}
     path.write_text(json.dumps(summary, indent=2) + "\n")
     write_report(into_dir)
+
+
+def merge_sweeps(sweeps_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """:func:`merge_run` of ``"sweeps"`` (their rates depend on the day's machine: its matmul rate is named)."""
+    merge_run("sweeps", sweeps_dir, into_dir, ("command", "git_commit", "wall_seconds", "matmul_gflops", "device"))
+
+
+def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """:func:`merge_run` of ``"scale"``."""
+    merge_run("scale", scale_dir, into_dir)
 
 
 def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
@@ -451,8 +645,19 @@ def main(argv=None) -> int:
     parser.add_argument("--merge-sweeps", nargs=2, metavar=("SWEEPS_DIR", "INTO_DIR"), default=None,
                         help="copy the sweeps of the run in SWEEPS_DIR into the summary in INTO_DIR (named as "
                              "measured apart) and redraw its table; nothing runs")
+    parser.add_argument("--scale", action="store_true",
+                        help="also run the scale suite (largest population in the memory budget); with --only, "
+                             "name its rows instead (student_scale, cnn_scale)")
+    parser.add_argument("--memory-gib", type=float, default=24.0,
+                        help="the scale suite's memory budget on CPU, GiB (on an accelerator: the device's limit)")
+    parser.add_argument("--scale-confirm", action="store_true",
+                        help="train each scale row at 90%% of its predicted largest N (can use most of the memory)")
+    parser.add_argument("--merge-scale", nargs=2, metavar=("SCALE_DIR", "INTO_DIR"), default=None,
+                        help="copy the scale suite of the run in SCALE_DIR into the summary in INTO_DIR (named as "
+                             "measured apart) and redraw its table; nothing runs")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--measure-sweep", nargs=2, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-scale", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
         print(json.dumps(measure_row(Row(**{k: tuple(v) if isinstance(v, list) else v
@@ -461,8 +666,14 @@ def main(argv=None) -> int:
     if args.measure_sweep:
         print(json.dumps(measure_sweep(SweepRow(**json.loads(args.measure_sweep[0])), args.measure_sweep[1])))
         return 0
+    if args.measure_scale:
+        print(json.dumps(measure_scale(**json.loads(args.measure_scale))))
+        return 0
     if args.merge_sweeps:
         merge_sweeps(*args.merge_sweeps)
+        return 0
+    if args.merge_scale:
+        merge_scale(*args.merge_scale)
         return 0
     from jaxcomm import speed
     from jaxcomm.harness import cli as harness_cli
@@ -474,18 +685,23 @@ def main(argv=None) -> int:
     args.out = args.out or str(harness_cli.default_out_dir("benchmark", preset))
 
     selected, sweeps = rows(args.quick), ([] if args.no_sweeps else sweep_rows(args.quick))
+    scale = scale_rows(args.quick) if args.scale else []
     if args.only:
-        known = {r.name: r for r in rows(False) + rows(True) + sweep_rows(False) + sweep_rows(True)}
+        # quick and full scale rows share their names: the preset's comes last and wins
+        known = {r.name: r for r in rows(False) + rows(True) + sweep_rows(False) + sweep_rows(True)
+                 + scale_rows(not args.quick) + scale_rows(args.quick)}
         unknown = sorted(set(args.only) - set(known))
         if unknown:
             parser.error(f"unknown rows {unknown}; rows are: {', '.join(known)}")
         selected = [known[name] for name in args.only if isinstance(known[name], Row)]
         sweeps = [known[name] for name in args.only if isinstance(known[name], SweepRow)]
+        scale = [known[name] for name in args.only if isinstance(known[name], ScaleRow)]
     start = time.perf_counter()
     peak = matmul_gflops()
     print(f"float32 matmul: {peak:.1f} GFLOP/s", flush=True)
     results = run_rows(selected, args.timeout)
     sweep_results = run_sweeps(sweeps, args.timeout)
+    scale_results = run_scale(scale, args.timeout, args.memory_gib, confirm=args.scale_confirm)
     for r in results.values():
         if "error" not in r and r.get("flops_per_node_step"):
             r["fraction_of_matmul_peak"] = r["flops_per_node_step"] * r["best_node_steps_per_s"] / (peak * 1e9)
@@ -493,13 +709,13 @@ def main(argv=None) -> int:
             r["fraction_of_matmul_peak"] = None
     path = harness_results.write_summary(args.out, experiment="benchmark", preset=preset,
                                     rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak,
-                                    sweeps=sweep_results)
+                                    sweeps=sweep_results, **({"scale": scale_results} if scale_results else {}))
     summary = json.loads(path.read_text())
     write_report(args.out)
     print(format_table(summary))
     if args.write_choices:
         print(f"wrote {speed.write_backend_choices(summary, families=FAMILIES)}")
-    failed = [name for name, r in {**results, **sweep_results}.items() if "error" in r]
+    failed = [name for name, r in {**results, **sweep_results, **scale_results}.items() if "error" in r]
     if failed:
         print(f"FAILED rows: {', '.join(failed)}", file=sys.stderr)
         return 1

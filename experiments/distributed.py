@@ -9,8 +9,15 @@ separate single-process run with backend "vmap" on one device trains the same
 network; the script checks both end with the same parameters, inboxes and
 accuracies.
 
+With ``--preemption`` it checks instead that a pod run survives preemption: the
+workers train with a checkpoint every half run (each process writing its own
+shards, :mod:`jaxcomm.checkpoint`); the checkpoints after the first half are
+deleted, as if the hosts died before saving them; new workers resume from the
+half-way checkpoint, and their final state must equal the whole run's bit for bit.
+
     python experiments/distributed.py                       # 2 processes x 2 CPU devices, 8 nodes
     python experiments/distributed.py --processes 4 --nodes 16 --steps 200
+    python experiments/distributed.py --preemption --devices-per-process 4
 
 On a real pod, each host runs the worker body below with its own process id
 (or none: ``jax.distributed.initialize()`` reads the cluster's environment).
@@ -22,6 +29,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,14 +48,18 @@ def train(args: argparse.Namespace, backend: str) -> dict:
     import jax
 
     from jaxcomm import data, network, population
+    from jaxcomm.checkpoint import Checkpointer
     from jaxcomm.models import MLP
 
+    every = args.steps // 2 if args.checkpoint else args.steps
     config = network.NetworkConfig(num_nodes=args.nodes, topology="full", content="logits", temperature=2.0,
                                    broadcast_prob=0.5 / (args.nodes - 1), num_steps=args.steps,
-                                   eval_every=args.steps, batch_size=16, backend=backend, seed=args.seed)
-    out = network.train_network(config, MLP(hidden=(32,)), data.load_mnist_sample(), progress=False)
+                                   eval_every=every, batch_size=16, backend=backend, seed=args.seed)
+    checkpointer = Checkpointer(args.checkpoint, every=every, resume=args.resume) if args.checkpoint else None
+    out = network.train_network(config, MLP(hidden=(32,)), data.load_mnist_sample(), progress=False,
+                                checkpointer=checkpointer)
     state = population.to_host((out["state"].nodes.params, out["state"].inbox))
-    return {"leaves": jax.tree_util.tree_leaves(state), "final": out["final"]}
+    return {"leaves": jax.tree_util.tree_leaves(state), "final": out["final"], "resumed_from": out["resumed_from"]}
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -65,41 +77,85 @@ def worker(args: argparse.Namespace) -> None:
 
         np.savez(args.result, *result["leaves"])
         pathlib.Path(args.result).with_suffix(".json").write_text(json.dumps(
-            {"final": result["final"], "devices": jax.device_count(), "processes": jax.process_count()}))
+            {"final": result["final"], "resumed_from": result["resumed_from"], "devices": jax.device_count(),
+             "processes": jax.process_count()}))
+
+
+def _base(args: argparse.Namespace) -> list[str]:
+    return [sys.executable, __file__, "--nodes", str(args.nodes), "--steps", str(args.steps),
+            "--seed", str(args.seed), "--processes", str(args.processes),
+            "--devices-per-process", str(args.devices_per_process)]
+
+
+def run_workers(args: argparse.Namespace, result: str, *extra: str) -> dict:
+    """Runs ``args.processes`` workers joined by ``jax.distributed``; returns process 0's arrays
+    (``leaves``, numbered as saved) and its record (``final``, ``resumed_from``, ``devices``, ``processes``)."""
+    import numpy as np
+
+    port = free_port()
+    workers = [subprocess.Popen([*_base(args), "--worker", "--process-id", str(i), "--port", str(port),
+                                 "--result", result, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+               for i in range(args.processes)]
+    logs = [w.communicate(timeout=args.timeout)[0] for w in workers]
+    if any(w.returncode for w in workers):
+        raise RuntimeError("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
+    with np.load(result) as arrays:
+        leaves = [arrays[k] for k in arrays.files]
+    return {"leaves": leaves, **json.loads(pathlib.Path(result).with_suffix(".json").read_text())}
 
 
 def compare(args: argparse.Namespace) -> dict:
     """Runs the workers and the reference as subprocesses and compares their results."""
     import numpy as np
 
-    base = [sys.executable, __file__, "--nodes", str(args.nodes), "--steps", str(args.steps),
-            "--seed", str(args.seed), "--processes", str(args.processes),
-            "--devices-per-process", str(args.devices_per_process)]
     with tempfile.TemporaryDirectory() as tmp:
-        sharded, single = os.path.join(tmp, "sharded.npz"), os.path.join(tmp, "single.npz")
-        port, start = free_port(), time.perf_counter()
-        workers = [subprocess.Popen([*base, "--worker", "--process-id", str(i), "--port", str(port),
-                                     "--result", sharded], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
-                   for i in range(args.processes)]
-        logs = [w.communicate(timeout=args.timeout)[0] for w in workers]
-        if any(w.returncode for w in workers):
-            raise RuntimeError("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
+        start = time.perf_counter()
+        sharded = run_workers(args, os.path.join(tmp, "sharded.npz"))
         multi_seconds = time.perf_counter() - start
-        subprocess.run([*base, "--worker", "--devices-per-process", "1", "--result", single], check=True,
+        single = os.path.join(tmp, "single.npz")
+        subprocess.run([*_base(args), "--worker", "--devices-per-process", "1", "--result", single], check=True,
                        capture_output=True, timeout=args.timeout)
-        a, b = np.load(sharded), np.load(single)
-        leaves_equal = all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-5) for k in a.files)
-        max_diff = max(float(np.max(np.abs(a[k].astype(float) - b[k].astype(float)))) for k in a.files)
-        info = {name: json.loads(pathlib.Path(path).with_suffix(".json").read_text())
-                for name, path in (("sharded", sharded), ("single", single))}
+        with np.load(single) as arrays:
+            single = {"leaves": [arrays[k] for k in arrays.files],
+                      **json.loads(pathlib.Path(single).with_suffix(".json").read_text())}
+    pairs = list(zip(sharded["leaves"], single["leaves"], strict=True))
+    info = {"sharded": sharded, "single": single}
     return {
-        "processes": info["sharded"]["processes"], "global_devices": info["sharded"]["devices"],
-        "nodes": args.nodes, "steps": args.steps, "matches_single_process": leaves_equal,
-        "max_abs_difference": max_diff,
+        "processes": sharded["processes"], "global_devices": sharded["devices"],
+        "nodes": args.nodes, "steps": args.steps,
+        "matches_single_process": all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in pairs),
+        "max_abs_difference": max(float(np.max(np.abs(a.astype(float) - b.astype(float)))) for a, b in pairs),
         "avg_accuracy": {k: v["final"]["avg_accuracy"] for k, v in info.items()},
         "collective_accuracy": {k: v["final"]["collective_accuracy"]["negentropy"] for k, v in info.items()},
         "multi_process_seconds": round(multi_seconds, 1),
+    }
+
+
+def preemption(args: argparse.Namespace) -> dict:
+    """The whole run with a checkpoint every half; the later checkpoints deleted (hosts preempted before
+    writing them); new workers resume from the half-way one. Returns whether the resumed final state and
+    record equal the whole run's bit for bit."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, "checkpoints")
+        whole = run_workers(args, os.path.join(tmp, "whole.npz"), "--checkpoint", folder)
+        later = [step for step in os.listdir(folder) if step.isdigit() and int(step) > args.steps // 2]
+        for step in later:
+            shutil.rmtree(os.path.join(folder, step))
+        resumed = run_workers(args, os.path.join(tmp, "resumed.npz"), "--checkpoint", folder, "--resume")
+    pairs = list(zip(whole["leaves"], resumed["leaves"], strict=True))
+    records = [{k: v for k, v in run["final"].items() if k != "seconds"} for run in (whole, resumed)]  # wall time
+    return {
+        "processes": resumed["processes"], "global_devices": resumed["devices"], "nodes": args.nodes,
+        "steps": args.steps, "deleted_checkpoints": sorted(int(step) for step in later),
+        "resumed_from": resumed["resumed_from"],
+        "arrays_identical": all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in pairs),
+        "records_identical": records[0] == records[1],
+        "bit_identical": all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in pairs)
+        and records[0] == records[1],
+        "final": {"whole": whole["final"], "resumed": resumed["final"]},
     }
 
 
@@ -113,11 +169,17 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=600, help="seconds per subprocess")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="folder holding the datasets (sets $JAXCOMM_DATA_DIR; the run uses the shipped sample)")
+    parser.add_argument("--preemption", action="store_true",
+                        help="check instead that a checkpointed run resumes bit-identically across processes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.preemption and (args.steps < 2 or args.steps % 2):
+        parser.error(f"--preemption checkpoints every half run: --steps must be even, got {args.steps}")
     if args.nodes % (args.processes * args.devices_per_process):
         parser.error(f"--nodes must be a multiple of processes x devices = "
                      f"{args.processes * args.devices_per_process}, got {args.nodes}")
@@ -131,9 +193,9 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
-    result = compare(args)
+    result = preemption(args) if args.preemption else compare(args)
     print(json.dumps(result, indent=2))
-    return 0 if result["matches_single_process"] else 1
+    return 0 if result.get("bit_identical", result.get("matches_single_process")) else 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ JSON dict of the metrics recorded so far. The state's leaves are saved flat and
 restored into the structure of a template (the freshly initialised state), so
 NamedTuples, ``None`` subtrees and custom nodes come back exactly as they were.
 
+Across processes (``jax.distributed``, the "sharded" backend over several hosts) a
+leaf spans devices one process cannot read: every process then writes and reads
+only its own shards (orbax's multi-process save and restore), so a pod run
+resumes from its last periodic checkpoint after a preemption. Every process must
+make the same calls, in the same order.
+
 An experiment holds one :class:`Checkpoints` folder with a sub-folder per run
 (``Checkpoints.run(name)``); :func:`jaxcomm.driver.train` saves and
 resumes through it.
@@ -21,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 PyTree = Any
 
@@ -40,10 +47,14 @@ class Checkpointer:
             raise ValueError(f"checkpoint every must be an integer >= 1, got {every!r}")
         self.directory = pathlib.Path(directory).expanduser().absolute()
         self.every, self.resume = every, resume
-        if not resume and self.directory.exists():
+        if not resume and self.directory.exists() and jax.process_index() == 0:
             shutil.rmtree(self.directory)
+        if jax.process_count() > 1:  # no process may look at the folder while the first still deletes it
+            _barrier(f"jaxcomm-checkpointer-{self.directory}")
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # Handlers named up front: a resumed manager reads the stored arrays' metadata before any save.
+        handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+        self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
     def latest_step(self) -> int | None:
         """Steps done at the newest checkpoint, or None."""
@@ -53,13 +64,21 @@ class Checkpointer:
         """Writes ``state`` and the JSON ``meta`` at ``step`` and waits until it is on disk."""
         if self._manager.latest_step() == step:
             return
-        leaves = {str(i): np.asarray(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(jax.device_get(state)))}
-        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(leaves),
+        leaves = jax.tree_util.tree_leaves(state)
+        if not any(_spans_processes(leaf) for leaf in leaves):
+            leaves = jax.device_get(leaves)
+        # A leaf spanning processes stays a jax.Array: each process writes the shards it holds.
+        saved = {str(i): leaf if _spans_processes(leaf) else np.asarray(leaf) for i, leaf in enumerate(leaves)}
+        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(saved),
                                                          meta=ocp.args.JsonSave(meta)), force=True)
         self._manager.wait_until_finished()
 
     def restore(self, template: PyTree, step: int | None = None) -> tuple[int, PyTree, dict]:
         """``(step, state, meta)`` of checkpoint ``step`` (default the latest), shaped like ``template``.
+
+        Each leaf comes back where the template's is: a committed jax.Array on its sharding (across
+        processes, each process reads only its own shards), an uncommitted one uncommitted on the default
+        device, anything else as a numpy array.
 
         Raises:
           FileNotFoundError: no checkpoint here.
@@ -69,24 +88,45 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         flat, treedef = jax.tree_util.tree_flatten(template)
-        restored = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                                                       meta=ocp.args.JsonRestore()))
-        saved = restored["state"]
-        if len(saved) != len(flat):
-            raise ValueError(f"checkpoint {self.directory}/{step} holds {len(saved)} arrays, the run expects "
+        stored = self._manager.item_metadata(step)["state"].tree
+        if len(stored) != len(flat):
+            raise ValueError(f"checkpoint {self.directory}/{step} holds {len(stored)} arrays, the run expects "
                              f"{len(flat)}: it was written by another configuration")
-        leaves = []
+        targets = {}
         for i, like in enumerate(flat):
-            value = np.asarray(saved[str(i)])
-            if value.shape != np.shape(like) or value.dtype != np.asarray(like).dtype:
-                raise ValueError(f"checkpoint {self.directory}/{step}: array {i} is {value.dtype}{list(value.shape)}, "
-                                 f"the run expects {np.asarray(like).dtype}{list(np.shape(like))}")
-            sharding = getattr(like, "sharding", None)
-            leaves.append(jax.device_put(value, sharding) if sharding is not None else value)
+            shape = np.shape(like)
+            dtype = np.dtype(like.dtype if isinstance(like, jax.Array) else np.asarray(like).dtype)
+            saved = stored[str(i)]
+            if tuple(saved.shape) != tuple(shape) or np.dtype(saved.dtype) != dtype:
+                raise ValueError(f"checkpoint {self.directory}/{step}: array {i} is {np.dtype(saved.dtype)}"
+                                 f"{list(saved.shape)}, the run expects {dtype}{list(shape)}")
+            targets[str(i)] = (jax.ShapeDtypeStruct(shape, dtype, sharding=like.sharding) if _placed(like)
+                               else np.zeros(shape, dtype))
+        restored = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(targets),
+                                                                       meta=ocp.args.JsonRestore()))
+        # An uncommitted template leaf (jit may move it, e.g. onto a mesh spanning processes) comes back
+        # uncommitted on the default device: committing it there would clash with the sharded leaves.
+        leaves = [jax.device_put(restored["state"][str(i)]) if isinstance(like, jax.Array) and not _placed(like)
+                  else restored["state"][str(i)] for i, like in enumerate(flat)]
         return int(step), jax.tree_util.tree_unflatten(treedef, leaves), dict(restored["meta"])
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _spans_processes(leaf: Any) -> bool:
+    """Whether ``leaf`` is a jax.Array with shards on devices of other processes."""
+    return isinstance(leaf, jax.Array) and not leaf.is_fully_addressable
+
+
+def _placed(leaf: Any) -> bool:
+    """Whether ``leaf`` is a jax.Array committed to its devices (a restored copy goes back there)."""
+    return isinstance(leaf, jax.Array) and leaf.committed
+
+
+def _barrier(name: str) -> None:
+    """Waits until every process reaches the barrier ``name``."""
+    multihost_utils.sync_global_devices(name)
 
 
 def encode(value: Any) -> Any:

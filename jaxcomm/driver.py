@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from jaxcomm.checkpoint import Checkpointer
@@ -194,7 +195,14 @@ class _StopOnSignal:
     interpreter on exit, so the first signal only asks the run to stop at the
     next check; a second one raises at once. A signal caught after the last
     check is passed on to the previous handler by :meth:`pass_on` (main thread only).
+
+    Across processes (``jax.distributed``) every process must run the same programs, so a signal to
+    one (a preempted host) stops all of them together at the next chunk boundary
+    (:meth:`check_together`, one all-gather per chunk); the checks between steps and pieces wait.
     """
+
+    def __init__(self, processes: int = 1):
+        self.processes = processes
 
     def __enter__(self):
         self.signum, self.acted, self._old = None, False, {}
@@ -209,10 +217,20 @@ class _StopOnSignal:
         self.signum = signum
 
     def check(self) -> None:
-        """Raises KeyboardInterrupt (from Python, between JAX calls) once a signal came."""
-        if self.signum is not None:
+        """Raises KeyboardInterrupt (from Python, between JAX calls) once a signal came (one process only)."""
+        if self.signum is not None and self.processes == 1:
             self.acted = True
             raise KeyboardInterrupt(f"signal {self.signum}")
+
+    def check_together(self) -> None:
+        """At a chunk boundary: raises KeyboardInterrupt in every process once any process has a signal."""
+        if self.processes == 1:
+            return self.check()
+        signals = np.asarray(multihost_utils.process_allgather(np.int32(self.signum or 0)))
+        if signals.any():
+            self.signum, self.acted = self.signum or int(signals.max()), True
+            raise KeyboardInterrupt(f"signal {self.signum}")
+        return None
 
     def __exit__(self, *exc):
         for signum, old in self._old.items():
@@ -371,7 +389,7 @@ def train(
         if saved["finished"]:
             return _result(history, state, done, seconds, resumed_from, best, "stopped" if finished else "complete")
 
-    stopper = _StopOnSignal()
+    stopper = _StopOnSignal(jax.process_count())
     if system.step_loop == "scan":
         run = scan_steps(system.step, system.summarize, donate)
     else:
@@ -401,6 +419,7 @@ def train(
     with stopper, tqdm(total=num_steps, initial=done, desc=desc, disable=not progress, leave=False) as bar:
         try:
             while done < num_steps and not finished:
+                stopper.check_together()
                 length = min(eval_every, num_steps - done)
                 new_state, parts, begun, remaining = state, [], time.perf_counter(), length
                 while remaining:
@@ -412,7 +431,9 @@ def train(
                     took = time.perf_counter() - tick
                     compiled = size in timed  # the first call of a length is mostly compilation: not judged
                     timed.add(size)
-                    if system.step_loop == "scan" and size > 1 and compiled and took > max_block_seconds:
+                    # Processes must cut alike (each runs the same programs): across processes, never cut.
+                    if (system.step_loop == "scan" and size > 1 and compiled and took > max_block_seconds
+                            and stopper.processes == 1):
                         piece = _pieces(eval_every, took / size, max_block_seconds)
                     parts.append(infos)
                     remaining -= size

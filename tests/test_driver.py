@@ -97,6 +97,33 @@ def test_a_real_signal_stops_a_long_dispatched_chunk_between_steps(signum):
     assert time.perf_counter() - start < 10.0
 
 
+def test_across_processes_a_signal_to_another_process_stops_this_one_at_the_next_chunk(monkeypatch):
+    """Two processes must run the same programs: the between-steps check waits, and the chunk-boundary check
+    stops every process once any has a signal (here the other one, SIGTERM before the third chunk)."""
+    calls = []
+
+    def allgather(flag):  # [this process, the other]
+        calls.append(int(flag))
+        return np.asarray([int(flag), signal.SIGTERM if len(calls) >= 3 else 0])
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(driver.multihost_utils, "process_allgather", allgather)
+    system = driver.System(lambda key: jnp.float32(0), lambda state, data: (state + data, state),
+                           lambda s, i, d: {"value": float(s)}, step_loop="dispatch")
+    result = driver.train(system, jnp.float32(1.0), num_steps=8, eval_every=2, key=jax.random.PRNGKey(0),
+                          progress=False)
+    assert result["status"] == "interrupted" and result["steps_done"] == 4 and calls == [0, 0, 0]
+    assert [record["value"] for record in result["history"]] == [2.0, 4.0]
+
+    stopper = driver._StopOnSignal(processes=2)
+    with stopper:
+        stopper._handle(signal.SIGINT, None)  # this process's own signal
+        stopper.check()  # between steps: no process stops alone
+        with pytest.raises(KeyboardInterrupt, match=f"signal {int(signal.SIGINT)}"):
+            stopper.check_together()
+    assert stopper.acted and calls[-1] == signal.SIGINT
+
+
 def tracked_system() -> driver.System:
     """Three members whose validation scores follow a fixed table, one row per evaluation."""
     table = np.array([[1.0, 5.0, 2.0], [3.0, 4.0, 2.0], [2.0, 6.0, 2.5], [4.0, 1.0, 9.0]])

@@ -1,0 +1,117 @@
+"""The benchmark's scale suite: the line through the peaks, one measurement, its table, its merge, its failures."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from experiments import benchmark
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_predict_max_nodes_fits_the_line_through_the_peaks_and_extrapolates_it_to_the_budget():
+    per_node, intercept, predicted = benchmark.predict_max_nodes((10, 20, 40), (110, 210, 410), 1010)
+    assert per_node == pytest.approx(10) and intercept == pytest.approx(10)
+    assert predicted == 100  # (1010 - 10) / 10: the fit's float rounding costs no node
+    # least squares: noisy peaks around the same line give about the same prediction
+    assert benchmark.predict_max_nodes((10, 20, 40), (111, 209, 410), 1010)[2] in range(98, 103)
+    # memory that does not grow with N predicts nothing; a budget under the intercept fits no node
+    assert benchmark.predict_max_nodes((8, 32), (500, 500), 1000)[2] is None
+    assert benchmark.predict_max_nodes((10, 20), (110, 210), 5)[2] == 0
+    with pytest.raises(ValueError, match="two sizes"):
+        benchmark.predict_max_nodes((10,), (110,), 1000)
+
+
+def test_measure_scale_trains_the_population_and_reports_its_peak():
+    result = benchmark.measure_scale("student", 4, 2, 1)
+    assert result["num_nodes"] == 4 and result["seconds"] > 0
+    assert result["peak_mb"] > 0 and result["memory"] in ("host_rss", "device")
+    if result["memory"] == "host_rss":
+        assert result["budget_mb"] == 24 * 1024
+
+
+def test_with_train_size_repeats_the_training_split_to_hold_every_node():
+    _, dataset = benchmark.model_and_data("student")
+    held = len(dataset.train.labels)
+    assert benchmark.with_train_size(dataset, held) is dataset
+    grown = benchmark.with_train_size(dataset, held + 10)
+    assert grown.train.images.shape[0] == held + 10 and grown.train.images.dtype == dataset.train.images.dtype
+    assert (grown.train.labels[held:] == dataset.train.labels[:10]).all() and grown.test is dataset.test
+
+
+def test_run_scale_confirms_at_90_percent_of_the_prediction_only_when_asked(monkeypatch):
+    """Children stubbed by a line of 10 MB per node over 10 MB: the prediction, the confirmation, its failure."""
+    asked = []
+
+    def child(row, num_nodes, timeout, memory_gib):
+        asked.append(num_nodes)
+        if num_nodes > 40 and fail:
+            return {"error": "exit status -9"}
+        return {"num_nodes": num_nodes, "seconds": 1.0, "peak_mb": 10.0 + 10 * num_nodes, "memory": "host_rss",
+                "budget_mb": memory_gib * 1024}
+
+    monkeypatch.setattr(benchmark, "_scale_child", child)
+    row, fail = benchmark.ScaleRow("student", (10, 20, 40), 2, 1), False
+    r = benchmark.run_scale([row], 60, 1010 / 1024)["student_scale"]
+    assert asked == [10, 20, 40] and r["predicted_max_nodes"] == 100 and r["confirmed"] is None
+    assert r["per_node_mb"] == pytest.approx(10) and r["budget_mb"] == pytest.approx(1010)
+    r = benchmark.run_scale([row], 60, 1010 / 1024, confirm=True)["student_scale"]
+    assert asked[-1] == 90 and r["confirmed"] == {"num_nodes": 90, "trained": True, "peak_mb": 910.0, "seconds": 1.0}
+    fail = True  # a confirmation that dies is recorded, and the fitted row stands
+    r = benchmark.run_scale([row], 60, 1010 / 1024, confirm=True)["student_scale"]
+    assert r["confirmed"]["trained"] is False and r["predicted_max_nodes"] == 100 and "error" not in r
+
+
+def _scale_row(workload: str, confirmed: dict | None) -> dict:
+    return {"workload": workload, "sizes": [256, 1024], "num_steps": 4, "eval_every": 2, "peaks_mb": [500.4, 740.2],
+            "seconds": [3.0, 9.0], "per_node_mb": 0.3122, "intercept_mb": 420.5, "budget_mb": 24 * 1024.0,
+            "memory": "host_rss", "predicted_max_nodes": 77_374, "confirmed": confirmed}
+
+
+def _summary(**extra) -> dict:
+    return {"device": "cpu", "matmul_gflops": 100.0, "command": "python experiments/benchmark.py --scale",
+            "git_commit": "abc", "wall_seconds": 12.0, "rows": {}, **extra}
+
+
+def test_the_scale_table_shows_the_prediction_and_the_confirmation_or_that_it_was_not_run():
+    table = benchmark.format_table(_summary(scale={
+        "student_scale": _scale_row("student", {"num_nodes": 69_636, "trained": True, "peak_mb": 21_000.2,
+                                                "seconds": 50.0}),
+        "cnn_scale": _scale_row("cnn", None),
+        "teacher_scale": {"error": "timed out"}}))
+    assert "| student_scale | 4 | 256 / 1,024 | 500 / 740 | 0.312 | 420 | 77,374 in 24.0 GiB (host_rss) | " \
+           "69,636: 21000 |" in table
+    assert "| cnn_scale | 4 | 256 / 1,024 | 500 / 740 | 0.312 | 420 | 77,374 in 24.0 GiB (host_rss) | not run |" \
+           in table
+    assert "| teacher_scale | failed |" in table
+    assert "Scale:" not in benchmark.format_table(_summary())  # runs without the suite draw no section
+
+
+def test_merge_scale_copies_the_suite_and_names_the_run_it_came_from(tmp_path):
+    part, into = tmp_path / "scale", tmp_path / "into"
+    for folder, summary in ((part, _summary(scale={"cnn_scale": _scale_row("cnn", None)})), (into, _summary())):
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps(summary))
+    benchmark.merge_scale(part, into)
+    merged = json.loads((into / "summary.json").read_text())
+    assert merged["scale"] == {"cnn_scale": _scale_row("cnn", None)}
+    assert merged["scale_run"] == {"command": "python experiments/benchmark.py --scale", "git_commit": "abc",
+                                   "wall_seconds": 12.0, "device": "cpu", "out_dir": str(part)}
+    table = (into / "table.md").read_text()
+    assert "| cnn_scale |" in table and f"its own table: `{part}/table.md`" in table
+
+
+def test_the_benchmark_exits_non_zero_when_a_scale_row_fails(tmp_path):
+    """A scale row whose child times out is marked failed in the table, and the script says so by its exit status."""
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--quick", "--only",
+                           "student_scale", "--timeout", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED rows: student_scale" in proc.stderr
+    assert "| student_scale | failed |" in (tmp_path / "table.md").read_text()
+    assert "error" in json.loads((tmp_path / "summary.json").read_text())["scale"]["student_scale"]
