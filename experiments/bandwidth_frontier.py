@@ -763,7 +763,7 @@ def merge_runs(out_dir: pathlib.Path) -> dict:
     ``superseded/``) is left out, with a line saying so, and listed in ``other_runs``."""
     summary, _ = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"] = [], []
-    for extra, _ in results.read_runs_below(out_dir):
+    for extra, _ in results.read_runs_below(out_dir, experiment=EXPERIMENT):
         reasons = merge_refusals(summary, extra)
         if reasons:
             print(f"not merged: {extra['out_dir']} ({'; '.join(reasons)})", flush=True)

@@ -652,7 +652,7 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     listed as ``other_runs``, whose rows the table sets beside this run's."""
     summary, curves = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"] = [], []
-    for extra, _ in results.read_runs_below(out_dir):
+    for extra, _ in results.read_runs_below(out_dir, experiment=EXPERIMENT):
         if not results.same_settings(summary["config"], extra["config"], selection=SELECTION):
             summary["other_runs"].append(extra)
             continue
