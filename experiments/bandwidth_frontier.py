@@ -378,13 +378,26 @@ def train_one(config: BandwidthFrontierConfig, method: Method, dataset, model, s
         return local_sgd.train_local_sgd(net, model, dataset, sync_every=method.sync_every, outer=outer, **kwargs)
     if method.family == "codistillation":
         return codistillation.train_codistillation(net, model, dataset, refresh_every=method.refresh_every, **kwargs)
+    return data_parallel.train_data_parallel(net, model, dataset, compressor=compressor_of(method), **kwargs)
+
+
+def compressor_of(method: Method):
+    """The gradient compressor of a synchronous or compressed method (None: dense gradients)."""
     if method.compression == "powersgd":
-        compressor = powersgd.power_sgd(method.rank)
-    else:
-        compressor = None if method.compression == "none" else compression.make(
-            method.compression, fraction=method.fraction, levels=method.levels, per_layer=method.per_layer,
-            feedback=method.feedback)
-    return data_parallel.train_data_parallel(net, model, dataset, compressor=compressor, **kwargs)
+        return powersgd.power_sgd(method.rank)
+    return None if method.compression == "none" else compression.make(
+        method.compression, fraction=method.fraction, levels=method.levels, per_layer=method.per_layer,
+        feedback=method.feedback)
+
+
+def untrained_system(config: BandwidthFrontierConfig, method: Method, dataset, model):
+    """A synchronous or compressed method's system built without training (shapes only): its byte counts,
+    for a row whose every seed stopped. None for the other families."""
+    if method.family not in ("sync", "compressed"):
+        return None
+    return data_parallel.make_data_parallel(node_network(config, method), model,
+                                            image_shape=dataset.train.images.shape[1:],
+                                            num_classes=dataset.num_classes, compressor=compressor_of(method))
 
 
 def train_seeds(config: BandwidthFrontierConfig, method: Method, dataset, model, *,
@@ -408,7 +421,9 @@ def train_seeds(config: BandwidthFrontierConfig, method: Method, dataset, model,
                          "steps": out["steps_done"], "wall_seconds": round(out["train_seconds"], 1)})
         curves.append(curves_of(name, method, seed, out["history"]))
         system = out["system"]  # the same bytes and parameters whatever the seed
-    row = seed_row(per_seed) | {  # no bytes if every seed stopped
+    # Bytes depend only on the method: a row whose every seed stopped still has them.
+    system = system or untrained_system(config, method, dataset, model)
+    row = seed_row(per_seed) | {
         "bytes_per_node_step": system.bytes_per_node_step() if system else None,
         "num_params": system.num_params if system else None,
         "message_bytes": getattr(system, "message_bytes", None)}

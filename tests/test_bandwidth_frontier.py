@@ -147,6 +147,22 @@ def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, mo
     assert "qsgd_4lvl_ef stopped: seed 1: diverged" in table
 
 
+def test_a_row_whose_every_seed_stopped_still_counts_the_bytes_its_method_sends(smoke, monkeypatch):
+    """Bytes depend on the method, not on training: every seed of top-k stopped, its bytes are the trained row's."""
+
+    def train_one(config, method, dataset, model, seed, **kwargs):
+        raise driver.Diverged(7, 0, 1e9, bound=100.0, good_step=5, saved=None)
+
+    monkeypatch.setattr(bf, "train_one", train_one)
+    config = bf.smoke_config()
+    row = bf.run_method(config, bf.parse_method("top_k:0.05"), config.chapter2().load(), checkpoints=None,
+                        progress=False)["rows"]["top_k_5pct"]
+    trained = smoke[1]["rows"]["top_k_5pct"]
+    assert row["accuracy"] is None and len(row["stopped"]) == 2
+    assert row["bytes_per_node_step"] == trained["bytes_per_node_step"] > 0
+    assert row["num_params"] == trained["num_params"]
+
+
 # --------------------------------------------------------------------------- names and fronts
 
 

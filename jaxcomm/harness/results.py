@@ -104,10 +104,10 @@ def read_run(out_dir: str | os.PathLike) -> tuple[dict, list[dict]]:
 def read_runs_below(out_dir: str | os.PathLike, *, experiment: str | None = None) -> list[tuple[dict, list[dict]]]:
     """:func:`read_run` of every subfolder of ``out_dir`` holding a ``summary.json``, by folder name: the
     later runs a ``report`` merges (points a time budget skipped) or tables (variants). With ``experiment``,
-    only that experiment's runs (another's, e.g. the chapter-2 recipe search kept beside the rows it chose,
-    has its own report)."""
+    runs that name another experiment are left out (e.g. the chapter-2 recipe search, kept beside the rows it
+    chose, has its own report)."""
     runs = [read_run(path.parent) for path in sorted(pathlib.Path(out_dir).glob("*/summary.json"))]
-    return [run for run in runs if experiment is None or run[0].get("experiment") == experiment]
+    return [run for run in runs if experiment is None or run[0].get("experiment", experiment) == experiment]
 
 
 def changed_settings(config: Mapping[str, Any], other: Mapping[str, Any], *,
