@@ -633,12 +633,8 @@ def front_sentence(rows: dict[str, dict], on: list[str], data_model: str) -> str
 
 def _heading(summary: dict) -> list[str]:
     """The title, command, device and redraw lines every frontier table starts with."""
-    return ["# Bandwidth frontier: output sharing against gradient exchange", "",
-            f"Command: `{summary['command']}`  ",
-            f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; commit "
-            f"`{summary['git_commit']}`.  ",
-            f"Redraw: `python experiments/bandwidth_frontier.py report {pathlib.Path(summary.get('out_dir', '.'))}`",
-            ""]
+    return report.heading("Bandwidth frontier: output sharing against gradient exchange", summary,
+                          "bandwidth_frontier.py")
 
 
 def _data_line(summary: dict) -> str:

@@ -409,12 +409,7 @@ def _value(value: Any) -> str:
 
 def _heading(summary: dict) -> list[str]:
     """The title, command, device and redraw lines."""
-    return ["# Chapter-2 recipe chosen on validation", "",
-            f"Command: `{summary['command']}`  ",
-            f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; commit "
-            f"`{summary['git_commit']}`.  ",
-            f"Redraw: `python experiments/chapter2_recipe.py report {pathlib.Path(summary.get('out_dir', '.'))}`",
-            ""]
+    return report.heading("Chapter-2 recipe chosen on validation", summary, "chapter2_recipe.py")
 
 
 def _data_line(summary: dict) -> str:

@@ -90,8 +90,6 @@ def _base(args: argparse.Namespace) -> list[str]:
 def run_workers(args: argparse.Namespace, result: str, *extra: str) -> dict:
     """Runs ``args.processes`` workers joined by ``jax.distributed``; returns process 0's arrays
     (``leaves``, numbered as saved) and its record (``final``, ``resumed_from``, ``devices``, ``processes``)."""
-    import numpy as np
-
     port = free_port()
     workers = [subprocess.Popen([*_base(args), "--worker", "--process-id", str(i), "--port", str(port),
                                  "--result", result, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -100,6 +98,13 @@ def run_workers(args: argparse.Namespace, result: str, *extra: str) -> dict:
     logs = [w.communicate(timeout=args.timeout)[0] for w in workers]
     if any(w.returncode for w in workers):
         raise RuntimeError("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
+    return read_result(result)
+
+
+def read_result(result: str) -> dict:
+    """What a worker wrote to ``result``: its arrays as ``leaves`` (numbered as saved) and its JSON record."""
+    import numpy as np
+
     with np.load(result) as arrays:
         leaves = [arrays[k] for k in arrays.files]
     return {"leaves": leaves, **json.loads(pathlib.Path(result).with_suffix(".json").read_text())}
@@ -116,9 +121,7 @@ def compare(args: argparse.Namespace) -> dict:
         single = os.path.join(tmp, "single.npz")
         subprocess.run([*_base(args), "--worker", "--devices-per-process", "1", "--result", single], check=True,
                        capture_output=True, timeout=args.timeout)
-        with np.load(single) as arrays:
-            single = {"leaves": [arrays[k] for k in arrays.files],
-                      **json.loads(pathlib.Path(single).with_suffix(".json").read_text())}
+        single = read_result(single)
     pairs = list(zip(sharded["leaves"], single["leaves"], strict=True))
     info = {"sharded": sharded, "single": single}
     return {

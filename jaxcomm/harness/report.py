@@ -41,6 +41,17 @@ def mean_sd_cell(row: dict, key: str, digits: int = 1, missing: str = "-") -> st
     return cell(row.get(key), digits, missing)
 
 
+def heading(title: str, summary: dict, script: str) -> list[str]:
+    """A table's first lines: ``# title``, the run's command, preset, wall time, device and commit, and the
+    command that redraws it (``python experiments/<script> report <out_dir>``)."""
+    return [f"# {title}", "",
+            f"Command: `{summary['command']}`  ",
+            f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; commit "
+            f"`{summary['git_commit']}`.  ",
+            f"Redraw: `python experiments/{script} report {pathlib.Path(summary.get('out_dir', '.'))}`",
+            ""]
+
+
 def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:
     """Writes ``table.md``: the generated ``table`` plus the hand-written ``notes.md`` beside it, if any.
 
