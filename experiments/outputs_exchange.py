@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import bandwidth, data, decision, exchange, network, recipes, stats, sweep
+from jaxcomm import bandwidth, data, decision, exchange, network, recipes, sweep
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
@@ -532,32 +532,12 @@ COMPARISONS = (  # (row, against, what it asks)
 
 
 def paired_markdown(rows: dict) -> list[str]:
-    """Each of :data:`COMPARISONS` whose rows both ran with the same >= 2 seeds: the mean paired difference of the
-    node average and of the collective (test; validation where recorded) with its 95 % interval
-    (:func:`jaxcomm.stats.paired_ci95`); "yes" where the interval excludes 0, the only directions to read."""
-    lines, shown = [], None
-    for a, b, question in COMPARISONS:
-        seeds = rows.get(a, {}).get("seeds") or ()
-        if b not in rows or len(seeds) < 2 or seeds != rows[b].get("seeds"):
-            continue
-        shown = seeds
-        for key in ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy",
-                    "validation_collective_accuracy"):
-            values = [(x.get(key), y.get(key)) for x, y in zip(rows[a]["per_seed"], rows[b]["per_seed"], strict=True)]
-            if any(v is None for pair in values for v in pair):
-                continue
-            diffs = [x - y for x, y in values]
-            lo, hi = stats.paired_ci95(diffs, digits=None)
-            lines.append(f"| {question} | {key.replace('_accuracy', '').replace('_', ' ')} | "
-                         f"{np.mean(diffs):+.1f} | [{lo:+.1f}, {hi:+.1f}] | {'yes' if lo > 0 or hi < 0 else 'no'} |")
-    if not lines:
-        return []
-    return ["", f"## Paired comparisons (seeds {', '.join(map(str, shown))}: the same seed draws the same shards, "
-            "initialisations and messages' randomness)", "",
-            "Mean difference (points) and its 95 % interval over seeds (Student t); a direction is read only where "
-            "the interval excludes 0.", "",
-            "| comparison | accuracy | mean difference | 95 % interval | excludes 0 |", "|---|---|---|---|---|",
-            *lines]
+    """:data:`COMPARISONS` as paired differences of the node average and the collective (test; validation where
+    recorded), :func:`jaxcomm.harness.report.paired_comparisons`."""
+    return report.paired_comparisons(
+        rows, COMPARISONS, ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy",
+                            "validation_collective_accuracy"),
+        why_paired="the same seed draws the same shards, initialisations and messages' randomness")
 
 
 SAMPLE_BYTES = {"cifar10": 32 * 32 * 3, "mnist": 28 * 28, "mnist_sample": 28 * 28}

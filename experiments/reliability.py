@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import data, inbox, network, sweep
+from jaxcomm import data, inbox, network, stats, sweep
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.driver import Interrupted
 from jaxcomm.harness import cli as harness_cli
@@ -111,8 +111,9 @@ class ReliabilityConfig:
 
 
 def cpu_config() -> ReliabilityConfig:
-    """Under 30 minutes on 2 CPU cores: quarter-width CNN (16-32-64), 1,500 steps, one seed."""
-    return ReliabilityConfig(num_steps=1500)
+    """About 50 minutes alone on 2 CPU cores: quarter-width CNN (16-32-64), 1,500 steps, 3 seeds (one seed was
+    measured at about 17 minutes alone)."""
+    return ReliabilityConfig(num_steps=1500, seeds=3)
 
 
 def thesis_config() -> ReliabilityConfig:
@@ -289,7 +290,7 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
     for fraction in config.failure_fractions:
         row: dict[str, Any] = {"failure_fraction": fraction, "failure_prob": config.failure_prob(fraction),
                                "avg_accuracy": {}, "collective_accuracy": {}, "alive_fraction": {},
-                               "collective_accuracy_by_weighting": {}, "seconds": {}}
+                               "collective_accuracy_by_weighting": {}, "seconds": {}, "per_seed": {}}
         for n in config.node_counts:
             finals = []
             seeds = range(config.seed, config.seed + config.seeds)
@@ -308,6 +309,9 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
                                "reachable": [h["reachable"] for h in out["history"]],
                                "seconds": round(out["history"][-1]["seconds"], 1)})
             key = str(n)
+            row["per_seed"][key] = [{"seed": seed, "avg_accuracy": f["avg_accuracy"],
+                                     "collective_accuracy": f["collective_accuracy"]["negentropy"]}
+                                    for seed, f in zip(seeds, finals, strict=True)]
             row["avg_accuracy"][key] = float(np.mean([f["avg_accuracy"] for f in finals]))
             row["collective_accuracy"][key] = float(np.mean([f["collective_accuracy"]["negentropy"] for f in finals]))
             row["collective_accuracy_by_weighting"][key] = {
@@ -383,11 +387,56 @@ def table_markdown(summary: dict) -> str:
         if not name.startswith("failure_"):
             continue
         down = ", ".join(f"{100 * (1 - row['alive_fraction'][n]):.1f}%" for n in nodes)
-        cells = " | ".join(f"{row['avg_accuracy'][n]:.1f} | {row['collective_accuracy'][n]:.1f}" for n in nodes)
+        cells = " | ".join(f"{_over_seeds(row, 'avg_accuracy', n)} | {_over_seeds(row, 'collective_accuracy', n)}"
+                           for n in nodes)
         lines.append(f"| {name} | {100 * row['failure_fraction']:.0f}% | {row['failure_prob']:.5f} | {down} | "
                      f"{cells} |")
+    lines += paired_markdown(rows, nodes)
     lines += ["", "![accuracy vs steps](failures.png)", ""]
     return "\n".join(lines)
+
+
+def _over_seeds(row: dict, key: str, nodes: str) -> str:
+    """A cell: the mean over seeds, "± sd" where the row kept several seeds' values."""
+    per_seed = (row.get("per_seed") or {}).get(nodes) or ()
+    if len(per_seed) < 2:
+        return f"{row[key][nodes]:.1f}"
+    return f"{row[key][nodes]:.1f} ± {stats.mean_sd([p[key] for p in per_seed])[1]:.1f}"
+
+
+def paired_markdown(rows: dict, nodes: Sequence[str]) -> list[str]:
+    """The directions the failure grid is read for, each over seeds (>= 2) with its 95 % interval
+    (:func:`jaxcomm.harness.report.paired_comparisons`): every failure level against no failures for each N
+    (paired by seed: the same shards, initialisations and messages' randomness), and the largest N's drop against
+    the smallest's (a difference of the two drops, seed by seed): "more nodes are more robust"."""
+    levels = {name: row for name, row in rows.items() if name.startswith("failure_") and row.get("per_seed")}
+    if "failure_0" not in levels:
+        return []
+    pseudo, comparisons = {}, []
+    for name, row in levels.items():
+        for n in nodes:
+            per_seed = row["per_seed"][n]
+            pseudo[f"{name}/N={n}"] = {"seeds": [p["seed"] for p in per_seed], "per_seed": per_seed}
+            if name != "failure_0":
+                comparisons.append((f"{name}/N={n}", f"failure_0/N={n}",
+                                    f"N={n}: {round(100 * row['failure_fraction'])}% down vs none"))
+    if len(nodes) > 1:
+        small, large = nodes[0], nodes[-1]
+        for name, row in levels.items():
+            if name == "failure_0":
+                continue
+            drops = {n: [{key: p[key] - q[key] for key in ("avg_accuracy", "collective_accuracy")}
+                         for p, q in zip(row["per_seed"][n], levels["failure_0"]["per_seed"][n], strict=True)]
+                     for n in (small, large)}
+            seeds = [p["seed"] for p in row["per_seed"][small]]
+            for n in (small, large):
+                pseudo[f"drop/{name}/N={n}"] = {"seeds": seeds, "per_seed": drops[n]}
+            comparisons.append((f"drop/{name}/N={large}", f"drop/{name}/N={small}",
+                                f"{round(100 * row['failure_fraction'])}% down: N={large}'s change vs N={small}'s"))
+    return report.paired_comparisons(
+        pseudo, comparisons, ("avg_accuracy", "collective_accuracy"),
+        why_paired="the same seed draws the same shards and initialisations; a drop is a level's accuracy minus no "
+        "failures' on the same seed")
 
 
 def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:

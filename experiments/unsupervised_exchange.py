@@ -23,7 +23,11 @@ confident nodes weighted more; the other weightings are recorded) of the probes'
 measured on the test split. The stage with the best validation node average is reported.
 
 Rows (Table 2.3): ``vae_1_node``, ``vae_10_nodes_no_comm``, ``vae_10_nodes_full_comm``,
-``bigan_1_node``, ``bigan_10_nodes_no_comm``, ``bigan_10_nodes_full_comm``.
+``bigan_1_node``, ``bigan_10_nodes_no_comm``, ``bigan_10_nodes_full_comm``; beside them
+``*_full_comm_add``, where a consumed minibatch trains the node's own objective plus the exchange
+loss instead of the exchange loss alone (``consumed_objective="add"``; with "replace" about half
+of a communicating node's steps leave its own objective). Every row is paired by seed with the
+untrained encoders of its seed (the control) and with the rows it is compared to.
 
 References:
   Lacaille (2018), §2.2.4, §2.3.3, Algorithms 2-3, eq. 2.2.3, Table 2.3.
@@ -57,10 +61,15 @@ ROWS: dict[str, tuple[str, int, bool]] = {
     "vae_1_node": ("vae", 1, False),
     "vae_10_nodes_no_comm": ("vae", 10, False),
     "vae_10_nodes_full_comm": ("vae", 10, True),
+    "vae_10_nodes_full_comm_add": ("vae", 10, True),
     "bigan_1_node": ("bigan", 1, False),
     "bigan_10_nodes_no_comm": ("bigan", 10, False),
     "bigan_10_nodes_full_comm": ("bigan", 10, True),
+    "bigan_10_nodes_full_comm_add": ("bigan", 10, True),
 }
+# Rows whose consumed minibatches train another objective than the config's (the thesis' Algorithm 2 replaces the
+# local loss; "add" trains both, so communicating nodes never leave their own objective; not in the thesis).
+ROW_OBJECTIVES: dict[str, str] = {"vae_10_nodes_full_comm_add": "add", "bigan_10_nodes_full_comm_add": "add"}
 # Thesis Table 2.3: test accuracy (%) of the linear classifier, (average, collective); None = "N.A.".
 THESIS_TABLE: dict[str, tuple[float, float | None]] = {
     "vae_1_node": (41.8, None),
@@ -128,7 +137,8 @@ class UnsupervisedExchangeConfig(unsupervised.UnsupervisedConfig):
 
 
 def cpu_config() -> UnsupervisedExchangeConfig:
-    """About 35 minutes per seed alone on 2 CPU cores for the six rows, 3 seeds (see :data:`CPU_SCALE_DOWNS`)."""
+    """The eight rows (Table 2.3's six and the two ``add`` rows) x 3 seeds: about 45 minutes per seed alone on
+    2 CPU cores, 2 h 10 min in all (estimated from a one-seed run of the six rows; see :data:`CPU_SCALE_DOWNS`)."""
     return UnsupervisedExchangeConfig()
 
 
@@ -141,8 +151,8 @@ CPU_SCALE_DOWNS = (
     "130 ms alone), 530 ms (BiGAN, 10 nodes); per probe stage of 10 nodes 43 s of feature extraction (60k images "
     "x 10 encoders) + 10 s of probes (37 s in all alone), of 1 node 5 s; estimated 35 minutes alone",
     "linear probes: Adam 1e-2 on minibatches of 512, 40 epochs, the best validation epoch kept",
-    "3 seeds per row, each row one sweep (mean ± sd in the table); the untrained encoders are probed for the "
-    "first seed only",
+    "3 seeds per row, each row one sweep (mean ± sd in the table); the untrained encoders are probed for every "
+    "seed, the control each row is paired with",
 )
 
 
@@ -237,9 +247,11 @@ def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageData
     ``(row, curve, pictures)`` — the row and curve averaged over seeds (each seed's row in ``per_seed``), the
     pictures of the first seed's node 0.
 
-    ``controls`` caches the untrained encoders' probes per (family, nodes) across rows (first seed only).
+    ``controls`` caches the untrained encoders' probes per (family, nodes) across rows, one per seed.
     """
     family, nodes, communicate = ROWS[name]
+    if name in ROW_OBJECTIVES:
+        config = dataclasses.replace(config, consumed_objective=ROW_OBJECTIVES[name])
     net = config.network(nodes, communicate)
     seeds = [config.seed + i for i in range(config.num_seeds)]
     program, metrics, pictures = family_parts(config, family, tuple(dataset.train.images.shape[1:]))
@@ -253,17 +265,17 @@ def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageData
     key = (family, nodes)
     probe_now = config.probe_untrained and key not in controls
     befores = [evaluator(dataclasses.replace(untrained, config=net.replace(seed=seed)),
-                         untrained.init(jax.random.PRNGKey(seed)), 0, probe_now=probe_now and seed == seeds[0])
-               for seed in seeds]
+                         untrained.init(jax.random.PRNGKey(seed)), 0, probe_now=probe_now) for seed in seeds]
     if probe_now:
-        controls[key] = befores[0]["probe"]
+        controls[key] = [before["probe"] for before in befores]
     outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], program, dataset, evaluator=evaluator,
                                 progress=progress, desc=name,
                                 checkpointer=checkpoints.run(name) if checkpoints else None)
-    runs = [_run_row(name, out, before, program=program, control=controls.get(key))
-            for out, before in zip(outs, befores, strict=True)]
+    runs = [_run_row(name, out, before, program=program, control=controls[key][i] if key in controls else None)
+            for i, (out, before) in enumerate(zip(outs, befores, strict=True))]
     if probe_now:
-        runs[0]["probe_seconds"] = round(runs[0]["probe_seconds"] + befores[0]["probe"]["seconds"], 1)
+        for run, before in zip(runs, befores, strict=True):
+            run["probe_seconds"] = round(run["probe_seconds"] + before["probe"]["seconds"], 1)
     row, curve = _over_seeds(runs, seeds, outs)
     shown = unsupervised.pictures_of(pictures, population.node(outs[0]["state"].nodes, 0),
                                      dataset.test.images[: config.num_pictures], jax.random.PRNGKey(config.seed))
@@ -290,7 +302,9 @@ def _run_row(name: str, out: dict, before: dict, *, program: network.NodeProgram
     initial = before["objective"]
     row.update({
         "family": ROWS[name][0], "nodes": nodes, "communication": net.content != "none", "steps": out["steps_done"],
-        "consume_prob": net.consume_prob, "broadcast_prob": net.broadcast_prob, "num_params": num_params(program),
+        "consume_prob": net.consume_prob, "broadcast_prob": net.broadcast_prob,
+        "consumed_objective": ROW_OBJECTIVES.get(name, "replace") if net.content != "none" else None,
+        "num_params": num_params(program),
         "payload_dim": program.payload_dim, "message_bytes": message, "data_model": net.data_model,
         "bytes_sent_per_node_step": counters["sent"] * message / (nodes * max(out["steps_done"], 1)),
         "counters": counters, "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
@@ -322,7 +336,8 @@ def _over_seeds(runs: list[dict], seeds: list[int], outs: list[dict]) -> tuple[d
     if len(runs) == 1:
         return runs[0], curves[0]
     row = recipes.summarize_seeds(runs, seeds, spread=("avg_accuracy", "collective_accuracy", "val_avg_accuracy",
-                                                       "val_collective_accuracy"))
+                                                       "val_collective_accuracy", "untrained_avg_accuracy",
+                                                       "untrained_collective_accuracy"))
     row["stages"] = _mean([run["stages"] for run in runs])  # stage by stage, key by key
     row["best_steps"] = [run["best_step"] for run in runs]
     # a population sweep's runs share one clock, a sequential sweep's run one after another
@@ -492,15 +507,19 @@ def table_markdown(summary: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rows.items():
-        t = THESIS_TABLE[name]
+        t = THESIS_TABLE.get(name, (None, None))  # the add rows are not in the thesis
         gain = "-" if row["collective_accuracy"] is None else f"{row['collective_accuracy'] - row['avg_accuracy']:+.1f}"
         low, high = row["node_accuracy_min_max"]
         control = ("-" if "untrained_avg_accuracy" not in row else
-                   f"{_num(row['untrained_avg_accuracy'])} / {_num(row['untrained_collective_accuracy'])}")
+                   f"{_acc(row, 'untrained_avg_accuracy')} / {_acc(row, 'untrained_collective_accuracy')}")
         best = " / ".join(f"{step:,}" for step in row.get("best_steps", [row["best_step"]]))
         lines.append(f"| {name} | {_num(t[0])} | {_num(t[1])} | {_acc(row, 'avg_accuracy')} | "
                      f"{_acc(row, 'collective_accuracy')} | {gain} | {best} | "
                      f"{_acc(row, 'val_avg_accuracy')} | {low:.1f}-{high:.1f} | {control} |")
+    if any(name in ROW_OBJECTIVES for name in rows):
+        lines += ["", "Rows ending `_add` (not in the thesis): a consumed minibatch trains the node's own objective "
+                  "plus the exchange loss (`consumed_objective='add'`) instead of the exchange loss alone."]
+    lines += paired_markdown(rows)
     lines += ["", "## Every stage (test accuracy %, validation in brackets)", "",
               "| row | " + " | ".join(f"step {s:,}" for s in range(config["probe_every"], config["num_steps"] + 1,
                                                                    config["probe_every"])) + " |",
@@ -537,6 +556,41 @@ def table_markdown(summary: dict) -> str:
     lines += ["", "![probe accuracy vs steps](probes.png)", "", "![local objective vs steps](objectives.png)", "",
               "![reconstructions and samples](pictures.png)", ""]
     return "\n".join(lines)
+
+
+COMPARISONS = tuple(
+    (f"{family}_{a}", f"{family}_{b}", f"{family.upper()}: {question}")
+    for family in FAMILIES
+    for a, b, question in (
+        ("10_nodes_no_comm", "1_node", "10 isolated nodes vs one node on all the data"),
+        ("10_nodes_full_comm", "10_nodes_no_comm", "exchanging features (replace) vs isolated nodes"),
+        ("10_nodes_full_comm_add", "10_nodes_no_comm", "exchanging features (add) vs isolated nodes"),
+        ("10_nodes_full_comm_add", "10_nodes_full_comm", "add vs replace"),
+        ("10_nodes_no_comm", "10_nodes_untrained", "isolated nodes vs their untrained encoders"),
+        ("10_nodes_full_comm", "10_nodes_untrained", "exchanging (replace) vs untrained encoders"),
+        ("10_nodes_full_comm_add", "10_nodes_untrained", "exchanging (add) vs untrained encoders"),
+        ("1_node", "1_node_untrained", "one node vs its untrained encoder")))
+"""The directions Table 2.3 is read for, each paired by seed; ``*_untrained`` are the rows' controls."""
+
+
+def paired_markdown(rows: dict) -> list[str]:
+    """:data:`COMPARISONS` whose rows ran with the same >= 2 seeds, as paired differences of the node average and
+    the collective (:func:`jaxcomm.harness.report.paired_comparisons`). The untrained encoders of a family and
+    size are the rows ``{family}_{N}_untrained`` here, read from the per-seed controls of a trained row."""
+    controls = {}
+    for name, row in rows.items():
+        family, nodes, _ = ROWS[name]
+        per_seed = row.get("per_seed") or ()
+        if per_seed and all(p.get("untrained_avg_accuracy") is not None for p in per_seed):
+            size = "1_node" if nodes == 1 else f"{nodes}_nodes"
+            controls.setdefault(f"{family}_{size}_untrained", {
+                "seeds": row["seeds"],
+                "per_seed": [{"avg_accuracy": p["untrained_avg_accuracy"],
+                              "collective_accuracy": p["untrained_collective_accuracy"]} for p in per_seed]})
+    return report.paired_comparisons(
+        {**rows, **controls}, COMPARISONS, ("avg_accuracy", "collective_accuracy"),
+        why_paired="the same seed draws the same shards, initialisations, probes and messages' randomness; the "
+        "untrained encoders are each seed's initialisation")
 
 
 def overrides_of(command: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
@@ -210,3 +211,34 @@ def test_every_rule_is_counted():
     counted = reliability.count_rejected(CASES)
     assert counted["value"] == counted["cases"] == len(CASES) and counted["failures"] == []
     assert reliability.count_rejected([("accepted", "x", lambda: None)])["failures"] == ["accepted: accepted"]
+
+
+def test_the_failure_grid_reads_directions_from_intervals_over_seeds():
+    def level(fraction, avgs10, avgs20):
+        per_seed = {n: [{"seed": s, "avg_accuracy": a, "collective_accuracy": a + 5} for s, a in enumerate(avgs)]
+                    for n, avgs in (("10", avgs10), ("20", avgs20))}
+        return {"failure_fraction": fraction, "failure_prob": 0.0, "per_seed": per_seed,
+                "alive_fraction": {"10": 1 - fraction, "20": 1 - fraction},
+                **{key: {n: float(np.mean([p[key] for p in per_seed[n]])) for n in per_seed}
+                   for key in ("avg_accuracy", "collective_accuracy")}}
+
+    rows = {"failure_0": level(0.0, (50, 51, 52), (48, 48, 48)),
+            "failure_30": level(0.3, (47, 49, 48), (47, 46, 48))}
+    lines = reliability.paired_markdown(rows, ["10", "20"])
+    # N=10: -3, -2, -4 -> mean -3, sd 1, half-width t(0.975, 2) / sqrt(3) = 2.48
+    assert "| N=10: 30% down vs none | avg | -3.0 | [-5.5, -0.5] | yes |" in lines
+    # N=20: -1, -2, 0 -> mean -1 [-3.5, +1.5]; its drop minus N=10's: 2, 0, 4 -> +2.0, sd 2, half-width 4.97
+    assert "| N=20: 30% down vs none | avg | -1.0 | [-3.5, +1.5] | no |" in lines
+    assert "| 30% down: N=20's change vs N=10's | avg | +2.0 | [-3.0, +7.0] | no |" in lines
+    # the table shows the spread over seeds beside the means
+    table = reliability.table_markdown({
+        "rows": {"resume_identical": {"value": True, "interrupted_at": 1, "history_identical": True,
+                                      "state_identical": True},
+                 "bad_configs_rejected": {"value": 1, "cases": 1, "failures": []}, **rows},
+        "config": dataclasses.asdict(reliability.ReliabilityConfig(seeds=3)),
+        "command": "c", "preset": "cpu", "wall_seconds": 1.0, "device": "cpu", "git_commit": "x"})
+    assert "| failure_0 | 0% | 0.00000 | 0.0%, 0.0% | 51.0 ± 1.0 | 56.0 ± 1.0 | 48.0 ± 0.0 | 53.0 ± 0.0 |" in table
+    assert "## Paired comparisons (seeds 0, 1, 2" in table
+    # one seed: no intervals
+    one = {name: {**row, "per_seed": {n: v[:1] for n, v in row["per_seed"].items()}} for name, row in rows.items()}
+    assert reliability.paired_markdown(one, ["10", "20"]) == []

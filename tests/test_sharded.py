@@ -38,7 +38,9 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_on_8_cpu_devices_equals_vmap():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    # the suite's other XLA flags (faster compilation, conftest.py) are kept
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                             cwd=pathlib.Path(__file__).parent, timeout=600)
     assert "SHARDED_MATCHES_VMAP" in result.stdout, result.stdout + result.stderr

@@ -402,6 +402,34 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
         assert (out / path).is_file(), path
     table = (out / "table.md").read_text()
     assert "Table 2.3" in table and "41.8" in table and "46.2" in table  # thesis numbers of the rows run
+    # every seed's untrained encoders are probed: the control each row is paired with
+    for name, row in summary["rows"].items():
+        assert all(0 <= p["untrained_avg_accuracy"] <= 100 for p in row["per_seed"]), name
+        assert row["consumed_objective"] == ("replace" if ue.ROWS[name][2] else None), name
+    assert "| VAE: exchanging (replace) vs untrained encoders | avg |" in table
+
+
+def test_paired_comparisons_read_the_untrained_encoders_of_each_seed_as_the_control():
+    def row(nodes, avgs, untrained):
+        pairs = zip(avgs, untrained, strict=True)
+        return {"seeds": [0, 1, 2], "per_seed": [
+            {"avg_accuracy": a, "collective_accuracy": None if nodes == 1 else a + 2, "untrained_avg_accuracy": u,
+             "untrained_collective_accuracy": None if nodes == 1 else u + 1} for a, u in pairs]}
+
+    rows = {"vae_1_node": row(1, (40, 41, 40), (35, 35, 36)),
+            "vae_10_nodes_no_comm": row(10, (38, 38, 38), (34, 35, 33)),
+            "vae_10_nodes_full_comm": row(10, (40, 41, 42), (34, 35, 33)),
+            "vae_10_nodes_full_comm_add": row(10, (39, 40, 38), (34, 35, 33))}
+    lines = ue.paired_markdown(rows)
+    # full - isolated: 2, 3, 4 -> mean 3, half-width t(0.975, 2) x 1 / sqrt(3) = 2.48
+    assert "| VAE: exchanging features (replace) vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | yes |" in lines
+    # add - replace: -1, -1, -4 -> mean -2, sd 1.73, half-width 4.30 -> [-6.3, +2.3]: not read
+    assert "| VAE: add vs replace | avg | -2.0 | [-6.3, +2.3] | no |" in lines
+    # against each seed's own untrained encoders: full collective (42, 43, 44) - (35, 36, 34) = 7, 7, 10
+    assert "| VAE: exchanging (replace) vs untrained encoders | collective | +8.0 | [+3.7, +12.3] | yes |" in lines
+    # one node: 5, 6, 4 -> [+2.5, +7.5]; no collective to compare
+    assert "| VAE: one node vs its untrained encoder | avg | +5.0 | [+2.5, +7.5] | yes |" in lines
+    assert not any(line.startswith("| VAE: one node vs its untrained encoder | collective") for line in lines)
 
 
 def test_report_tables_the_runs_in_variants_by_their_overrides(smoke, tmp_path):

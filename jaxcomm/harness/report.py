@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -50,6 +50,40 @@ def heading(title: str, summary: dict, script: str) -> list[str]:
             f"`{summary['git_commit']}`.  ",
             f"Redraw: `python experiments/{script} report {pathlib.Path(summary.get('out_dir', '.'))}`",
             ""]
+
+
+def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], keys: Sequence[str], *,
+                       why_paired: str) -> list[str]:
+    """The table of directions a chapter reads: for each ``(a, b, question)`` of ``comparisons`` whose rows both
+    ran with the same >= 2 seeds, the mean over seeds of ``a``'s minus ``b``'s value of every key (from their
+    ``per_seed`` rows; keys missing from either are left out) with its Student-t 95 % interval
+    (:func:`jaxcomm.stats.paired_ci95`), and "yes" where the interval excludes 0: the only directions to read.
+    ``why_paired`` ends the heading (what the same seed shares). No comparison: no lines."""
+    import numpy as np  # noqa: PLC0415
+
+    from jaxcomm import stats  # noqa: PLC0415
+
+    lines, shown = [], None
+    for a, b, question in comparisons:
+        seeds = rows.get(a, {}).get("seeds") or ()
+        if b not in rows or len(seeds) < 2 or seeds != rows[b].get("seeds"):
+            continue
+        shown = seeds
+        for key in keys:
+            values = [(x.get(key), y.get(key)) for x, y in zip(rows[a]["per_seed"], rows[b]["per_seed"], strict=True)]
+            if any(v is None for pair in values for v in pair):
+                continue
+            diffs = [x - y for x, y in values]
+            lo, hi = stats.paired_ci95(diffs, digits=None)
+            lines.append(f"| {question} | {key.replace('_accuracy', '').replace('_', ' ')} | "
+                         f"{np.mean(diffs):+.1f} | [{lo:+.1f}, {hi:+.1f}] | {'yes' if lo > 0 or hi < 0 else 'no'} |")
+    if not lines:
+        return []
+    return ["", f"## Paired comparisons (seeds {', '.join(map(str, shown))}: {why_paired})", "",
+            "Mean difference (points) and its 95 % interval over seeds (Student t); a direction is read only where "
+            "the interval excludes 0.", "",
+            "| comparison | accuracy | mean difference | 95 % interval | excludes 0 |", "|---|---|---|---|---|",
+            *lines]
 
 
 def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:
