@@ -101,6 +101,8 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
       study_eval_every: steps between their evaluations.
       study_node_counts: N of the nodes study (true labels, fully connected; N = 1 has no sharing).
       study_neighbours: p of the neighbours study (10 nodes, ring, true labels; p = N - 1 is fully connected).
+      study_rings: ``(N, p)`` rings of the neighbours study beyond its 10 nodes, e.g. the thesis' example of a
+        100-node network whose nodes broadcast to their 5 adjacent neighbours (§2.3.1.1).
       study_consume: p_c of the frequency study (10 nodes, equilibrium broadcast).
       study_broadcast_factors: broadcast factors of the frequency study (at p_c = consume_prob).
       study_temperatures: tau of the temperature study (10 nodes, logits).
@@ -119,8 +121,9 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
     study_widths: tuple[int, ...] = (16, 32, 64)
     study_steps: int = 1000
     study_eval_every: int = 1000
-    study_node_counts: tuple[int, ...] = (1, 10, 20, 50, 100)
+    study_node_counts: tuple[int, ...] = (1, 10, 20, 30, 50, 100)
     study_neighbours: tuple[int, ...] = (1, 3, 9)
+    study_rings: tuple[tuple[int, int], ...] = ((100, 5),)
     study_consume: tuple[float, ...] = (0.25, 0.5, 0.75)
     study_broadcast_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     study_temperatures: tuple[float, ...] = (0.25, 1.0, 4.0)
@@ -147,6 +150,10 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
         require(isinstance(self.study_neighbours, tuple) and len(self.study_neighbours) >= 1
                 and all(isinstance(p, int) and 1 <= p <= 9 for p in self.study_neighbours),
                 "study_neighbours", "a non-empty tuple of integers in [1, 9] (10 nodes)", self.study_neighbours)
+        require(isinstance(self.study_rings, tuple)
+                and all(isinstance(r, tuple) and len(r) == 2 and all(isinstance(v, int) for v in r)
+                        and 1 <= r[1] < r[0] for r in self.study_rings),
+                "study_rings", "a tuple of (N, p) pairs of integers with 1 <= p < N", self.study_rings)
         require(isinstance(self.study_consume, tuple) and len(self.study_consume) >= 1
                 and all(isinstance(p, float | int) and 0 < p <= 1 for p in self.study_consume),
                 "study_consume", "a non-empty tuple of probabilities in (0, 1]", self.study_consume)
@@ -192,8 +199,9 @@ CPU_SCALE_DOWNS = (
     "3 seeds per row and study point, each cell one sweep; consume 0.5, broadcast 0.5/(N-1), inbox 16, tau 1 for "
     "the logits row as in the thesis' best settings where it states them",
     "the last 5,000 training images are a validation split, held out of every shard (45,000 images are sharded), "
-    "evaluated beside the test set; the recipe above predates it and was chosen on test accuracy (single-node "
-    "probes), so its validation numbers are the ones to choose the next recipe on",
+    "evaluated beside the test set; the recipe above was first chosen on test accuracy (single-node probes), then "
+    "chosen again on this split by a search of 16 candidates with the one-standard-error rule "
+    "(results/outputs_exchange/recipe/), which kept it",
 )
 
 
@@ -210,7 +218,8 @@ def smoke_config() -> OutputsExchangeConfig:
     The study points are the rows' networks (shared, trained once) but for the ring p = 1.
     """
     return with_recipe(recipes.smoke(), num_seeds=2, study_widths=(16,), eval_every=10, target=50.0, study_steps=20,
-                       study_eval_every=10, study_node_counts=(1, 10), study_neighbours=(1, 9), study_consume=(0.5,),
+                       study_eval_every=10, study_node_counts=(1, 10), study_neighbours=(1, 9), study_rings=(),
+                       study_consume=(0.5,),
                        study_broadcast_factors=(1.0,), study_temperatures=(1.0,))
 
 
@@ -273,7 +282,9 @@ def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tu
         "neighbours": [("neighbours", f"p={p}", p, {"num_nodes": 10, "content": "true_labels",
                                                     **({"topology": "full"} if p == 9 else
                                                        {"topology": "ring", "num_neighbours": p})})
-                       for p in config.study_neighbours],
+                       for p in config.study_neighbours]
+        + [("neighbours", f"N={n},p={p}", p, {"num_nodes": n, "content": "true_labels", "topology": "ring",
+                                              "num_neighbours": p}) for n, p in config.study_rings],
         "nodes": [("nodes", f"N={n}", n, {"num_nodes": n, "content": "true_labels"})
                   for n in sorted(config.study_node_counts)],
     }
@@ -331,7 +342,9 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
         studies.append({"study": study, "label": label, "x": x, "run": done[key]["curves"][0]["run"],
                         **{k: v for k, v in done[key]["summary"].items() if k != "counters"}})
     return {"rows": rows, "studies": studies, "skipped_studies": skipped, "curves": curves, "dataset": dataset.name,
-            "scale_downs": list(CPU_SCALE_DOWNS) if config == cpu_config() else None,
+            # the cpu preset's scale-downs hold for any selection of its rows and studies
+            "scale_downs": list(CPU_SCALE_DOWNS) if results.same_settings(
+                dataclasses.asdict(config), dataclasses.asdict(cpu_config()), selection=SELECTION) else None,
             "note": data.LOSSY_CIFAR10_NOTE if config.dataset == "cifar10" else None}
 
 
@@ -395,6 +408,9 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
               "frequency": "consume / broadcast (10 nodes)", "temperature": "temperature tau (10 nodes, logits)"}
     for ax, study in zip(axes[0], names, strict=True):
         points = [r for r in studies if r["study"] == study]
+        # rings of another size than the neighbours study's 10 nodes (study_rings): marks of their own at their p
+        rings = [r for r in points if study == "neighbours" and r.get("nodes", 10) != 10]
+        points = [r for r in points if r not in rings]
         if study == "frequency":
             labels = [r["label"] for r in points]
             xs = np.arange(len(points))
@@ -410,6 +426,9 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
         ax.plot(xs, [r["collective_accuracy_by_weighting"]["entropy"] for r in points], "x:",
                 label="collective (entropy)")
         ax.plot(xs, [r["avg_accuracy"] for r in points], "s--", label="node average")
+        for r in rings:
+            ax.plot([r["x"]], [r["collective_accuracy"]], "D", label=f"{r['label']} ring: collective")
+            ax.plot([r["x"]], [r["avg_accuracy"]], "d", fillstyle="none", label=f"{r['label']} ring: node average")
         ax.set(title=titles[study], ylabel="test accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -527,6 +546,7 @@ COMPARISONS = (  # (row, against, what it asks)
     ("10_nodes_true_labels", "10_nodes_logits", "true labels vs logits"),
     ("20_nodes_true_labels", "10_nodes_true_labels", "20 vs 10 nodes sharing true labels"),
     ("10_nodes_no_sharing", "1_node_no_sharing", "10 isolated nodes vs one node on all the data"),
+    ("10_nodes_true_labels", "1_node_no_sharing", "10 nodes sharing true labels vs one node on all the data"),
 )
 """The directions chapter 2 reads from Tables 2.1: each a difference paired by seed (same seed, same draws)."""
 
@@ -621,8 +641,15 @@ def other_recipes_markdown(summary: dict) -> list[str]:
     return lines
 
 
-SELECTION = ("rows", "studies", "study_points", "time_budget_s", "backend", "data_dir")
-"""Config fields that pick what a run runs, or how fast, rather than how it trains."""
+SELECTION = ("rows", "studies", "study_points", "time_budget_s", "backend", "data_dir", "study_node_counts",
+             "study_neighbours", "study_rings", "study_consume", "study_broadcast_factors", "study_temperatures")
+"""Config fields that pick what a run runs, or how fast, rather than how it trains (the study grids pick points;
+each point trains by the other fields)."""
+
+
+LEGACY_SETTINGS = {"num_seeds": 1, "validation_size": 0}
+"""What a run trained with when its config predates these fields (one seed, no validation split held out): a
+subfolder run from before them does not merge into a run that has them."""
 
 
 def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
@@ -633,6 +660,7 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     summary, curves = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"] = [], []
     for extra, _ in results.read_runs_below(out_dir, experiment=EXPERIMENT):
+        extra["config"] = {**LEGACY_SETTINGS, **extra["config"]}
         if not results.same_settings(summary["config"], extra["config"], selection=SELECTION):
             summary["other_runs"].append(extra)
             continue

@@ -14,6 +14,7 @@ import pytest
 from experiments import outputs_exchange as oe
 from jaxcomm import bandwidth, exchange, network, recipes
 from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import results
 from jaxcomm.models.cnn import StridedCNN
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def test_a_spent_time_budget_skips_studies_but_never_rows():
 def test_study_points_select_labels_and_the_costly_ones_stay_last():
     config = oe.OutputsExchangeConfig(rows=(), study_points=("N=50", "p_b=2x", "tau=4"))
     assert [label for _, label, _, _ in oe.study_runs(config)] == ["tau=4", "p_b=2x", "N=50"]
-    assert len(oe.study_runs(oe.OutputsExchangeConfig())) == 16  # empty: every point
+    assert len(oe.study_runs(oe.OutputsExchangeConfig())) == 18  # empty: every point (N=30 and the 100-node ring among them)
 
 
 def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tmp_path):
@@ -241,6 +242,7 @@ BAD = [
     ("studies", {"studies": ("nodes", "nodes")}),
     ("study_node_counts", {"study_node_counts": (0,)}),
     ("study_neighbours", {"study_neighbours": (10,)}),
+    ("study_rings", {"study_rings": ((10, 10),)}),
     ("study_consume", {"study_consume": (0.0,)}),
     ("study_broadcast_factors", {"study_broadcast_factors": (-1.0,)}),
     ("study_temperatures", {"study_temperatures": (0.0,)}),
@@ -264,7 +266,11 @@ def test_presets_are_valid_and_the_thesis_preset_has_the_thesis_settings():
     thesis = oe.thesis_config()
     assert thesis.widths == (64, 128, 256) and thesis.num_steps == 5000 and thesis.target == 85.0
     assert thesis.consume_prob == 0.5 and thesis.learning_rate == 1e-3 and thesis.dataset == "cifar10"
-    assert oe.cpu_config().study_node_counts == (1, 10, 20, 50, 100)
+    assert oe.cpu_config().study_node_counts == (1, 10, 20, 30, 50, 100)
+    # the thesis' 100-node network whose nodes broadcast to their 5 adjacent neighbours (§2.3.1.1)
+    ring = {label: kwargs for study, label, _, kwargs in oe.study_runs(oe.cpu_config()) if study == "neighbours"}
+    assert ring["N=100,p=5"] == {"num_nodes": 100, "content": "true_labels", "topology": "ring", "num_neighbours": 5}
+    assert oe.study_runs(oe.cpu_config())[-1][1] in ("N=100", "N=100,p=5")  # the costliest points run last
 
 
 def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
@@ -273,27 +279,23 @@ def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
     own = {f.name for f in dataclasses.fields(oe.OutputsExchangeConfig)} - recipe_fields
     assert issubclass(oe.OutputsExchangeConfig, recipes.Chapter2Recipe)
     assert own == {"eval_every", "target", "rows", "studies", "study_points", "study_widths", "study_steps",
-                   "study_eval_every", "study_node_counts", "study_neighbours", "study_consume",
+                   "study_eval_every", "study_node_counts", "study_neighbours", "study_rings", "study_consume",
                    "study_broadcast_factors", "study_temperatures", "time_budget_s", "num_seeds"}
     for name, preset in oe.PRESETS.items():
         config = preset()
         assert {f: getattr(config, f) for f in recipe_fields} == dataclasses.asdict(recipes.PRESETS[name]()), name
     changed = harness_cli.apply_overrides(oe.cpu_config(), ["learning_rate=0.001", "study_steps=10"])
     assert (changed.learning_rate, changed.study_steps) == (0.001, 10)
-    # The cpu preset is the committed run's config but for what came with sweeps and the validation split: the
-    # committed run predates seeds (one seed, no num_seeds field) and held no validation split out; the preset
-    # now runs 3 seeds per cell, with the study budget to match, and holds out the last 5,000 training images.
+    # The committed rows were trained by the cpu preset (their run picked the rows alone: SELECTION fields differ).
     committed = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())["config"]
     preset = json.loads(json.dumps(dataclasses.asdict(oe.cpu_config())))
-    assert (preset.pop("num_seeds"), committed.get("num_seeds", 1)) == (3, 1)
-    assert (preset.pop("validation_size"), committed.get("validation_size", 0)) == (5000, 0)
-    assert (preset.pop("time_budget_s"), committed.pop("time_budget_s")) == (7200.0, 3240.0)
-    assert preset == committed
+    assert results.changed_settings(committed, preset, selection=oe.SELECTION) == {}
+    assert committed.keys() <= preset.keys()
 
 
 def test_networks_built_from_the_committed_config_have_the_committed_settings():
     # Every committed study point's sharing settings, rebuilt by the recipe from the committed config.
-    summary = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())
+    summary = json.loads((ROOT / "results/outputs_exchange/superseded/summary.json").read_text())  # its studies
     config = oe.OutputsExchangeConfig(**{k: tuple(v) if isinstance(v, list) else v
                                          for k, v in summary["config"].items()})
     points = {label: kwargs for _, label, _, kwargs in oe.study_runs(config)}
