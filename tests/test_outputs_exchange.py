@@ -156,7 +156,7 @@ def test_a_spent_time_budget_skips_studies_but_never_rows():
 def test_study_points_select_labels_and_the_costly_ones_stay_last():
     config = oe.OutputsExchangeConfig(rows=(), study_points=("N=50", "p_b=2x", "tau=4"))
     assert [label for _, label, _, _ in oe.study_runs(config)] == ["tau=4", "p_b=2x", "N=50"]
-    assert len(oe.study_runs(oe.OutputsExchangeConfig())) == 18  # empty: every point (N=30 and the 100-node ring among them)
+    assert len(oe.study_runs(oe.OutputsExchangeConfig())) == 18  # all, N=30 and the 100-node ring among them
 
 
 def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tmp_path):

@@ -287,6 +287,8 @@ def main(
         return fail(_one_line(error))
 
     command = state.get("command") or _command(given, experiment, argv)
+    # the command that started the checkpoints defines the run; each one that resumed them is recorded beside it
+    resumed_with = [*state.get("resumed_with", []), _command(given, experiment, argv)] if resume and state else []
     before = float(state.get("wall_seconds", 0.0))
     created = not out_dir.exists()
     ckpt_dir = out_dir / "checkpoints"
@@ -294,7 +296,8 @@ def main(
     if resumable:
         from jaxcomm.checkpoint import Checkpoints  # noqa: PLC0415  (orbax is slow to import)
 
-        state = {"preset": args.preset, "config": _plain(config), "command": command, "wall_seconds": before}
+        state = {"preset": args.preset, "config": _plain(config), "command": command, "wall_seconds": before,
+                 **({"resumed_with": resumed_with} if resumed_with else {})}
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         (ckpt_dir / _STATE).write_text(json.dumps(state, indent=1) + "\n")
         kwargs["checkpoints"] = Checkpoints(ckpt_dir, every=args.checkpoint_every, resume=resume)
@@ -346,7 +349,8 @@ def main(
     curves = result.pop("curves", None)
     rows = result.pop("rows")
     path = results.write_summary(out_dir, experiment=experiment, preset=args.preset, rows=rows, wall_seconds=wall,
-                                 command=command, config=dataclasses.asdict(config), **result)
+                                 command=command, config=dataclasses.asdict(config),
+                                 **({"resumed_with": resumed_with} if resumed_with else {}), **result)
     if curves is not None:
         results.write_jsonl(out_dir / "curves.jsonl", curves)
     if resumable:
