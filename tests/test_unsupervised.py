@@ -537,9 +537,11 @@ def test_experiment_config_holds_the_library_config():
     committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "unsupervised_exchange"
     cpu = as_json(ue.cpu_config())
     recorded = json.loads((committed / "summary.json").read_text())["config"]
-    # The table's run predates the discriminator's three options, all at their defaults (off) ever since, and
-    # seeds (one seed; the preset now runs 3, each row one sweep).
+    # The table's run predates the discriminator's three options, all at their defaults (off) ever since, seeds
+    # (one seed; the preset now runs 3, each row one sweep) and the two 'add' rows (the preset runs them too).
     later = {"disc_learning_rate": 0.0, "disc_real_label": 1.0, "disc_spectral_norm": False, "num_seeds": 3}
+    assert cpu.pop("rows") == list(ue.ROWS) and set(ue.ROWS) - set(recorded.pop("rows")) == set(
+        ue.ROW_OBJECTIVES)
     assert {k: cpu[k] for k in recorded} == recorded and {k: v for k, v in cpu.items() if k not in recorded} == later
     # Every variant's config is the config rebuilt from it: the same keys and values (and num_seeds, newer).
     for summary in sorted(committed.glob("variants/*/summary.json")):
