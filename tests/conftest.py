@@ -43,3 +43,23 @@ def synthetic_split(rng: np.random.Generator, size: int, shape=(8, 8, 1), num_cl
 def tiny_dataset() -> ImageDataset:
     rng = np.random.default_rng(0)
     return ImageDataset("synthetic", synthetic_split(rng, 240), synthetic_split(rng, 0), synthetic_split(rng, 64), 4)
+
+
+@pytest.fixture
+def record_training(monkeypatch):
+    """``record_training()`` records every ``jaxcomm.driver.train`` call from then on, as ``(desc, resumed_from,
+    steps_done)`` in the list it returns: which runs trained and which came back from their checkpoints."""
+    from jaxcomm import driver  # noqa: PLC0415
+
+    def start() -> list[tuple]:
+        calls, drive = [], driver.train
+
+        def recorded(*args, **kwargs):
+            result = drive(*args, **kwargs)
+            calls.append((kwargs["desc"], result["resumed_from"], result["steps_done"]))
+            return result
+
+        monkeypatch.setattr(driver, "train", recorded)
+        return calls
+
+    return start

@@ -279,7 +279,7 @@ def test_cpu_preset_is_the_current_chapter2_cpu_recipe_at_1000_steps_with_every_
 # --------------------------------------------------------------------------- resume
 
 
-def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch):
+def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch, record_training):
     """A run interrupted at sync's second seed resumes: the finished sweep and sync's seed 0 come back from their
     checkpoints without a training step, only seed 1 of sync trains."""
     out = tmp_path / "run"
@@ -296,14 +296,7 @@ def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch):
         patch.setattr(data_parallel, "train_data_parallel", interrupted_at_seed_1)
         assert bf.cli(args) == 130
     assert not (out / "summary.json").exists()
-    calls, drive = [], driver.train
-
-    def recorded(*args, **kwargs):
-        result = drive(*args, **kwargs)
-        calls.append((kwargs["desc"], result["resumed_from"], result["steps_done"]))
-        return result
-
-    monkeypatch.setattr(driver, "train", recorded)
+    calls = record_training()
     assert bf.cli([*args, "--resume"]) == 0
     assert [call for call in calls if call[1] != 20] == [("sync_sgd seed 1", 0, 20)]  # the one that trained
     restored = {desc for desc, start, done in calls if start == done == 20}

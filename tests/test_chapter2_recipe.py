@@ -250,20 +250,7 @@ def test_the_time_budget_skips_candidates_by_seconds_per_step(monkeypatch):
 # --------------------------------------------------------------------------- resume
 
 
-def _record_training(monkeypatch) -> list[tuple]:
-    """Every driver.train call from now on, as (desc, resumed_from, steps_done)."""
-    calls, drive = [], driver.train
-
-    def recorded(*args, **kwargs):
-        result = drive(*args, **kwargs)
-        calls.append((kwargs["desc"], result["resumed_from"], result["steps_done"]))
-        return result
-
-    monkeypatch.setattr(driver, "train", recorded)
-    return calls
-
-
-def test_resume_after_every_candidate_trained_trains_nothing_more(smoke, tmp_path, monkeypatch):
+def test_resume_after_every_candidate_trained_trains_nothing_more(smoke, tmp_path, monkeypatch, record_training):
     """Interrupted once every candidate is trained (before the summary): the resumed run restores each from its
     checkpoint without a training step and gives the smoke run's numbers and choice."""
     out = tmp_path / "run"
@@ -277,7 +264,7 @@ def test_resume_after_every_candidate_trained_trains_nothing_more(smoke, tmp_pat
         patch.setattr(c2r, "choose", interrupted)
         assert c2r.cli(args) == 130
     assert not (out / "summary.json").exists()
-    calls = _record_training(monkeypatch)
+    calls = record_training()
     assert c2r.cli([*args, "--resume"]) == 0
     assert len(calls) >= len(SMOKE) and all(start == done > 0 for _, start, done in calls), calls
     summary = json.loads((out / "summary.json").read_text())
@@ -285,7 +272,7 @@ def test_resume_after_every_candidate_trained_trains_nothing_more(smoke, tmp_pat
     assert (summary["best"], summary["chosen"]) == (smoke[1]["best"], smoke[1]["chosen"])
 
 
-def test_resume_trains_only_the_unfinished_candidate(smoke, tmp_path, monkeypatch):
+def test_resume_trains_only_the_unfinished_candidate(smoke, tmp_path, monkeypatch, record_training):
     """A grid given on the command line, interrupted in its second candidate: the first comes back from its
     checkpoint, only the second trains."""
     out = tmp_path / "run"
@@ -301,7 +288,7 @@ def test_resume_trains_only_the_unfinished_candidate(smoke, tmp_path, monkeypatc
     with monkeypatch.context() as patch:
         patch.setattr(sweep, "train_networks", interrupted_at_the_second)
         assert c2r.cli(args) == 130
-    calls = _record_training(monkeypatch)
+    calls = record_training()
     assert c2r.cli([*args, "--resume"]) == 0
     assert {start == done for desc, start, done in calls if desc.startswith(SMOKE[0])} == {True}
     assert {(start, done) for desc, start, done in calls if desc.startswith(SMOKE[1])} == {(0, 20)}
