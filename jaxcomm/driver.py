@@ -462,9 +462,9 @@ def train(
                 state, done, best = new_state, done + length, new_best
                 history.append(record)
                 committed = (keep(state), done, len(history), best, reference, seconds, finished)
-                bar.update(length)
-                if system.postfix is not None:
+                if system.postfix is not None:  # before the update, which redraws: the bar shows this evaluation
                     bar.set_postfix(system.postfix(record), refresh=False)
+                bar.update(length)
                 if checkpointer is not None and done - last_saved >= checkpointer.every and done < num_steps:
                     save()
                     last_saved = done

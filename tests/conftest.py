@@ -21,9 +21,10 @@ from jaxcomm.data import ImageDataset, ImageSplit  # noqa: E402
 
 # Many tests build the same program again (a network rebuilt for each run compiles afresh): XLA's
 # persistent cache, in a folder of this session, compiles each one once (measured: a third off
-# tests/test_exchange.py).
-# The variables carry it to the scripts the tests start.
-os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxcomm-tests-xla-")
+# tests/test_exchange.py). The pytest-xdist workers inherit the folder the controlling process made, so a
+# program one worker compiled is read by the other; the variables carry it to the scripts the tests start.
+_CACHE = os.environ.get("JAXCOMM_TESTS_XLA_CACHE") or tempfile.mkdtemp(prefix="jaxcomm-tests-xla-")
+os.environ["JAXCOMM_TESTS_XLA_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
