@@ -111,8 +111,8 @@ class ReliabilityConfig:
 
 
 def cpu_config() -> ReliabilityConfig:
-    """About 50 minutes alone on 2 CPU cores: quarter-width CNN (16-32-64), 1,500 steps, 3 seeds (one seed was
-    measured at about 17 minutes alone)."""
+    """About 1 hour alone on 2 CPU cores: quarter-width CNN (16-32-64), 1,500 steps, 3 seeds (networks trained
+    alone took about 120 s at 10 nodes and 245 s at 20; results/reliability/notes.md)."""
     return ReliabilityConfig(num_steps=1500, seeds=3)
 
 
