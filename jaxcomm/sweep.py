@@ -193,7 +193,8 @@ def train_networks(
     Returns:
       R dicts as :func:`jaxcomm.network.train_network` returns, in the order of
       ``configs``, each with ``sweep`` = ``{"runs": R, "mode": ...}``;
-      ``train_seconds`` is the whole sweep's time in training chunks.
+      ``train_seconds`` is the whole sweep's time in training chunks as one population, the run's own (over
+      all parts of a resumed run) when the runs train one after another ("sequential").
 
     Raises:
       ValueError: the runs disagree on a structural field (named).
