@@ -377,8 +377,8 @@ def run(config: UnsupervisedExchangeConfig, *, checkpoints: Checkpoints | None =
     return {"rows": rows, "curves": curves + pictures, "dataset": dataset.name,
             "rows_seconds": round(time.perf_counter() - start, 1),
             # the cpu preset's scale-downs hold for any selection of its rows
-            "scale_downs": list(CPU_SCALE_DOWNS) if dataclasses.replace(config, rows=cpu_config().rows) == cpu_config()
-            else None,
+            "scale_downs": list(CPU_SCALE_DOWNS) if results.same_settings(
+                dataclasses.asdict(config), dataclasses.asdict(cpu_config()), selection=("rows",)) else None,
             "note": data.LOSSY_CIFAR10_NOTE if config.dataset == "cifar10" else None}
 
 

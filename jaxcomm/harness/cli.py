@@ -286,9 +286,10 @@ def main(
             traceback.print_exc()
         return fail(_one_line(error))
 
-    command = state.get("command") or _command(given, experiment, argv)
+    typed = _command(given, experiment, argv)
     # the command that started the checkpoints defines the run; each one that resumed them is recorded beside it
-    resumed_with = [*state.get("resumed_with", []), _command(given, experiment, argv)] if resume and state else []
+    command = state.get("command") or typed
+    resumed_with = [*state.get("resumed_with", []), typed] if resume and state else []
     before = float(state.get("wall_seconds", 0.0))
     created = not out_dir.exists()
     ckpt_dir = out_dir / "checkpoints"
