@@ -385,8 +385,9 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return report.cell(value, digits, missing="n.r.")
 
 
-def table_markdown(summary: dict) -> str:
-    """table.md: thesis Table 3.1 beside the measured numbers, the study, and the choices made."""
+def table_markdown(summary: dict, curves: Sequence[dict] = ()) -> str:
+    """table.md: thesis Table 3.1 beside the measured numbers, its rows paired by seed against the baseline (from
+    ``curves``, the students' records), the study, and the choices made."""
     rows, config, teacher_info = summary["rows"], summary["config"], summary["teacher"]
     lines = ["# Chapter 3: a teacher selects the student's training data (MNIST): Table 3.1 and Figure 3.1", "",
              f"Command: `{summary['command']}`  ", f"Preset `{summary['preset']}`, wall time "
@@ -423,6 +424,7 @@ def table_markdown(summary: dict) -> str:
             f"{_fmt(r['forward_passes_to_96_5'])} | {_fmt(r['compute_speedup_96_5'], 2)} | "
             f"{_fmt(r['wall_seconds_to_96_5'], 1)} ({_fmt(r['wall_speedup_96_5'], 2)}) | "
             f"{r['collapsed_seeds']}/{r['seeds']} |")
+    lines += paired_markdown(curves)
     lines += ["", "## Stack-size study (cross-entropy, soft labels)", "",
               f"n = 1, 2, 5 are the table's rows (baseline, stack 2 and stack 5 CE soft); n >= 10 ran as one "
               f"population per n with {config['study_seeds']} seeds, without and with a warm-up of "
@@ -475,11 +477,65 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _per_seed(curves: Sequence[dict], row: str) -> dict[int, dict]:
+    return {c["seed"]: c for c in curves if c["group"] == "table" and c["row"] == row}
+
+
+def _speedup_cell(base: Sequence[float], row: Sequence[float]) -> str:
+    """Geometric mean of the per-seed ratios ``base / row`` [95 % interval of their logs, exponentiated] and whether
+    it excludes 1; n.r. where a seed never got there."""
+    from jaxcomm import stats  # noqa: PLC0415
+
+    with np.errstate(invalid="ignore"):  # inf / inf where neither got there
+        ratios = np.asarray(base, float) / np.asarray(row, float)
+    if not np.all(np.isfinite(ratios)) or not np.all(ratios > 0):
+        return "n.r."
+    logs = np.log(ratios)
+    lo, hi = stats.paired_ci95(logs, digits=None)
+    return f"{np.exp(logs.mean()):.2f} [{np.exp(lo):.2f}, {np.exp(hi):.2f}] {'yes' if lo > 0 or hi < 0 else 'no'}"
+
+
+def paired_markdown(curves: Sequence[dict]) -> list[str]:
+    """Every table row against the baseline, seed by seed (seed s has the same initialisation and data stream in
+    every row): the test accuracy difference (points), the update speedup to each threshold and the compute
+    speedup to 96.5 %, each with its Student-t 95 % interval over seeds (of the log-ratios for speedups)."""
+    from jaxcomm import stats  # noqa: PLC0415
+
+    base = _per_seed(curves, "baseline")
+    lines = []
+    for row in TABLE_ROWS:
+        runs = _per_seed(curves, row)
+        if row == "baseline" or len(runs) < 2 or set(runs) != set(base):  # an interval needs 2 seeds
+            continue
+        seeds = sorted(runs)
+        diffs = [runs[s]["test_accuracy"] - base[s]["test_accuracy"] for s in seeds]
+        lo, hi = stats.paired_ci95(diffs, digits=None)
+        cells = [f"{np.mean(diffs):+.2f} [{lo:+.2f}, {hi:+.2f}] {'yes' if lo > 0 or hi < 0 else 'no'}"]
+        updates = {who: {t: [teacher.updates_to(c[s]["steps"], c[s]["val_accuracy"], t) for s in seeds]
+                         for t in THRESHOLDS} for who, c in (("base", base), ("row", runs))}
+        cells += [_speedup_cell(updates["base"][t], updates["row"][t]) for t in THRESHOLDS]
+        units = {who: [teacher.compute_units(u, stack_size=c[s]["stack_size"], warmup=c[s]["warmup"])
+                       if np.isfinite(u) else u for s, u in zip(seeds, updates[who][96.5], strict=True)]
+                 for who, c in (("base", base), ("row", runs))}
+        cells.append(_speedup_cell(units["base"], units["row"]))
+        lines.append(f"| {LABELS[row]} | {len(seeds)} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["", "## Paired by seed against the baseline", "",
+            "Seed s draws the same initialisation and data stream in every row. Test accuracy: the row's minus the "
+            "baseline's, mean [95 % interval] (Student t), in points. Speedups: the geometric mean of the per-seed "
+            "ratios (the baseline's updates, or compute units, over the row's) [95 % interval of the log-ratios, "
+            "exponentiated]; n.r. where a seed of either never reached the threshold. \"yes\": the interval "
+            "excludes 0 (accuracy) or 1 (speedup), the only directions to read.", "",
+            "| configuration | seeds | test acc. difference | update speedup to 96.5 | update speedup to 96.8 | "
+            "compute speedup to 96.5 |", "|---|---|---|---|---|---|", *lines]
+
+
 def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
     """Writes table.md, then (with ``plots``) fig3_1.png and stack_size.png, from the run in ``out_dir``."""
     out_dir = pathlib.Path(out_dir)
     summary, curves = results.read_run(out_dir)
-    report.write_table(out_dir, table_markdown(summary))
+    report.write_table(out_dir, table_markdown(summary, curves))
     if plots:
         report.draw(fig3_1=lambda: plot_fig3_1(curves, out_dir / "fig3_1.png"),
                     stack_size=lambda: plot_stack_sizes(summary, out_dir / "stack_size.png"))
