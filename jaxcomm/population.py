@@ -26,6 +26,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -95,22 +96,34 @@ def node_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices), (NODE_AXIS,))
 
 
+def _identity(tree: PyTree) -> PyTree:  # one function object, so gathers of one structure compile once
+    return tree
+
+
 def to_host(tree: PyTree) -> PyTree:
     """Every leaf as a numpy array on this host, gathering shards from other processes.
 
     With the "sharded" backend across processes (``jax.distributed``), an array
     spans devices this process cannot read; every process then receives the
-    whole array (a collective: all processes must call this together).
+    whole array (a collective: all processes must call this together). All such
+    leaves are replicated by one program (one compile per tree structure, not one
+    per leaf shape).
     """
-
-    def fetch(leaf):
-        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    remote = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable]
+    if remote:
+        named = all(isinstance(leaves[i].sharding, jax.sharding.NamedSharding) for i in remote)
+        if named:
+            gather = jax.jit(_identity, out_shardings=tuple(leaves[i].sharding.update(
+                spec=jax.sharding.PartitionSpec()) for i in remote))
+            gathered = [np.asarray(out.addressable_data(0)) for out in gather(tuple(leaves[i] for i in remote))]
+        else:
             from jax.experimental import multihost_utils  # noqa: PLC0415
 
-            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
-        return np.asarray(leaf)
-
-    return jax.tree_util.tree_map(fetch, tree)
+            gathered = [np.asarray(multihost_utils.process_allgather(leaves[i], tiled=True)) for i in remote]
+        for i, value in zip(remote, gathered, strict=True):
+            leaves[i] = value
+    return treedef.unflatten([np.asarray(leaf) for leaf in leaves])
 
 
 def lift(
@@ -176,6 +189,14 @@ def _mapped(fn: Callable[..., Any], in_axes, batch_size: int | None) -> Callable
 def _sharded(fn: Callable[..., Any], in_axes, mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:
     spec = jax.sharding.PartitionSpec
 
+    @functools.cache
+    def program(axes: tuple[int | None, ...], grid: jax.sharding.Mesh) -> Callable[..., Any]:
+        # Each device runs vmap over its own N / devices nodes. Jitted: called eagerly (a population's init), a
+        # shard_map runs op by op, seconds where one compile costs a fraction; under the caller's jit it inlines.
+        return jax.jit(jax.shard_map(jax.vmap(fn, in_axes=axes), mesh=grid,
+                                     in_specs=tuple(spec(NODE_AXIS) if axis == 0 else spec() for axis in axes),
+                                     out_specs=spec(NODE_AXIS)))
+
     def sharded(*args):
         axes = _normalise_axes(in_axes, len(args))
         grid = node_mesh() if mesh is None else mesh
@@ -183,11 +204,7 @@ def _sharded(fn: Callable[..., Any], in_axes, mesh: jax.sharding.Mesh | None) ->
         if n % grid.size:
             raise ValueError(f"backend 'sharded' needs num_nodes divisible by the {grid.size} devices of the mesh, "
                              f"got num_nodes={n}")
-        # Each device runs vmap over its own N / devices nodes.
-        local = jax.shard_map(jax.vmap(fn, in_axes=axes), mesh=grid,
-                              in_specs=tuple(spec(NODE_AXIS) if axis == 0 else spec() for axis in axes),
-                              out_specs=spec(NODE_AXIS))
-        return local(*args)
+        return program(axes, grid)(*args)
 
     return sharded
 

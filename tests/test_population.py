@@ -55,9 +55,7 @@ def independent_runs():
     return population.stack(finals), jnp.asarray(losses).T  # [STEPS, N]
 
 
-# Eager shard_map runs op by op (a minute here): jit only for "sharded".
-@pytest.mark.parametrize("backend,jit", [(b, j) for b in population.BACKENDS for j in (False, True)
-                                         if j or b != "sharded"])
+@pytest.mark.parametrize("backend,jit", [(b, j) for b in population.BACKENDS for j in (False, True)])
 def test_lifted_steps_equal_independent_runs(backend, jit):
     x, y, keys = batches()
     state = population.init_population(init_node, jax.random.PRNGKey(0), N, backend=backend)
