@@ -364,17 +364,26 @@ SMOKE_ROWS = ("vae_1_node", "vae_10_nodes_full_comm", "bigan_10_nodes_full_comm"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("unsupervised_exchange")
+    watches, train_networks = {}, ue.sweep.train_networks
+
+    def recorded(*args, **kwargs):  # each row's divergence watch
+        watches[kwargs["desc"]] = kwargs["divergence"]
+        return train_networks(*args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")  # drawn once, below
+        patch.setattr(ue.sweep, "train_networks", recorded)
         assert ue.cli(["--preset", "smoke", "--out", str(out), "rows=" + ",".join(SMOKE_ROWS)]) == 0
     ue.write_report(out)
-    return out, json.loads((out / "summary.json").read_text())
+    return out, json.loads((out / "summary.json").read_text()) | {"watches": watches}
 
 
 def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     out, summary = smoke
     assert summary["experiment"] == "unsupervised_exchange" and summary["preset"] == "smoke"
     assert list(summary["rows"]) == list(SMOKE_ROWS) and ue.smoke_config().rows == tuple(ue.ROWS)
+    # A BiGAN's loss scores a game: only non-finite losses stop it; a VAE's past 100x its untrained loss too.
+    assert summary["watches"] == {"vae_1_node": 100.0, "vae_10_nodes_full_comm": 100.0, "bigan_10_nodes_full_comm": None}
     stages = list(ue.smoke_config().probe_steps)
     for name, row in summary["rows"].items():
         family, nodes, communicate = ue.ROWS[name]
