@@ -131,7 +131,7 @@ def _run_of(stacked, r):
 
 
 def _infos_of_run(infos, r: int):
-    """Run ``r``'s slice of a chunk's infos (leaves ``[L, R, ...]``; :func:`jaxcomm.population.node` of a state)."""
+    """Run ``r``'s slice of a chunk's infos (leaves ``[L, R, ...]``; :func:`_run_of` of a state)."""
     return jax.tree_util.tree_map(lambda x: x[:, r], infos)
 
 

@@ -383,7 +383,8 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     assert summary["experiment"] == "unsupervised_exchange" and summary["preset"] == "smoke"
     assert list(summary["rows"]) == list(SMOKE_ROWS) and ue.smoke_config().rows == tuple(ue.ROWS)
     # A BiGAN's loss scores a game: only non-finite losses stop it; a VAE's past 100x its untrained loss too.
-    assert summary["watches"] == {"vae_1_node": 100.0, "vae_10_nodes_full_comm": 100.0, "bigan_10_nodes_full_comm": None}
+    assert summary["watches"] == {"vae_1_node": 100.0, "vae_10_nodes_full_comm": 100.0,
+                                  "bigan_10_nodes_full_comm": None}
     stages = list(ue.smoke_config().probe_steps)
     for name, row in summary["rows"].items():
         family, nodes, communicate = ue.ROWS[name]
