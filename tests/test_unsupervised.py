@@ -375,16 +375,16 @@ def smoke(tmp_path_factory):
         patch.setattr(ue.sweep, "train_networks", recorded)
         assert ue.cli(["--preset", "smoke", "--out", str(out), "rows=" + ",".join(SMOKE_ROWS)]) == 0
     ue.write_report(out)
-    return out, json.loads((out / "summary.json").read_text()) | {"watches": watches}
+    return out, json.loads((out / "summary.json").read_text()), watches
 
 
 def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
-    out, summary = smoke
+    out, summary, watches = smoke
     assert summary["experiment"] == "unsupervised_exchange" and summary["preset"] == "smoke"
     assert list(summary["rows"]) == list(SMOKE_ROWS) and ue.smoke_config().rows == tuple(ue.ROWS)
     # A BiGAN's loss scores a game: only non-finite losses stop it; a VAE's past 100x its untrained loss too.
-    assert summary["watches"] == {"vae_1_node": 100.0, "vae_10_nodes_full_comm": 100.0,
-                                  "bigan_10_nodes_full_comm": None}
+    assert watches == {"vae_1_node": 100.0, "vae_10_nodes_full_comm": 100.0,
+                       "bigan_10_nodes_full_comm": None}
     stages = list(ue.smoke_config().probe_steps)
     for name, row in summary["rows"].items():
         family, nodes, communicate = ue.ROWS[name]
@@ -445,7 +445,7 @@ def test_paired_comparisons_read_the_untrained_encoders_of_each_seed_as_the_cont
 def test_report_tables_the_runs_in_variants_by_their_overrides(smoke, tmp_path):
     import shutil
 
-    out, summary = smoke
+    out, summary, _ = smoke
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     shutil.copytree(out, copy / "variants" / "a")
@@ -460,7 +460,7 @@ def test_report_tables_the_runs_in_variants_by_their_overrides(smoke, tmp_path):
 
 
 def test_the_reported_stage_is_the_best_by_validation(smoke):
-    _, summary = smoke
+    _, summary, _ = smoke
     for name, row in summary["rows"].items():
         for seed in row["per_seed"]:
             best = max(seed["stages"], key=lambda s: (s["val_avg_accuracy"], -s["step"]))
@@ -469,7 +469,7 @@ def test_the_reported_stage_is_the_best_by_validation(smoke):
 
 
 def test_a_seed_of_the_sweep_equals_its_run_alone(smoke, tmp_path):
-    _, summary = smoke
+    _, summary, _ = smoke
     name = "vae_10_nodes_full_comm"
     assert ue.cli(["--preset", "smoke", "--out", str(tmp_path), f"rows={name}", "seed=1", "num_seeds=1"]) == 0
     alone = json.loads((tmp_path / "summary.json").read_text())["rows"][name]
