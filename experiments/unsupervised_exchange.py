@@ -269,7 +269,7 @@ def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageData
     if probe_now:
         controls[key] = [before["probe"] for before in befores]
     outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], program, dataset, evaluator=evaluator,
-                                progress=progress, desc=name, divergence=unsupervised.DIVERGENCE[family],
+                                progress=progress, desc=name,
                                 checkpointer=checkpoints.run(name) if checkpoints else None)
     runs = [_run_row(name, out, before, program=program, control=controls[key][i] if key in controls else None)
             for i, (out, before) in enumerate(zip(outs, befores, strict=True))]

@@ -389,6 +389,9 @@ class NodeProgram(NamedTuple):
       payload_dim: D, the width of a message's payload.
       family: the speed family of :func:`jaxcomm.speed.choose`; None measures it
         from what ``train`` computes (:func:`jaxcomm.speed.family_of`).
+      divergence: the driver's divergence watch for this program's loss, a multiple of the
+        mean loss at a run's first step (None: only non-finite losses stop a run). A loss that
+        scores a game rather than progress, as a GAN's does, should not be watched.
     """
 
     init: Callable[[jax.Array], population.NodeState]
@@ -396,6 +399,7 @@ class NodeProgram(NamedTuple):
     predict: Callable[[population.NodeState, jax.Array], jax.Array]
     payload_dim: int
     family: str | None = None
+    divergence: float | None = 100.0
 
 
 def learning_rate(config, peak: float | jax.Array | None = None) -> float | jax.Array | optax.Schedule:
@@ -495,6 +499,8 @@ class Network:
       message_bytes: bytes of one message on the wire under the config's ``data_model``
         (:func:`jaxcomm.exchange.message_bytes`; uint8 images).
       family: the speed family the backend was chosen for.
+      divergence: the node program's divergence watch (:attr:`NodeProgram.divergence`), what
+        :func:`train_network` stops on unless told otherwise.
     """
 
     config: NetworkConfig
@@ -507,6 +513,7 @@ class Network:
     exchange: exchanges.Exchange
     message_bytes: int
     family: str
+    divergence: float | None = 100.0
 
 
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
@@ -683,7 +690,7 @@ def make_network(
 
     return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange,
                    exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=int(np.prod(image_shape)),
-                                           data_model=config.data_model), family)
+                                           data_model=config.data_model), family, program.divergence)
 
 
 def shards_of(labels: np.ndarray, config: NetworkConfig):
@@ -825,6 +832,22 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
                          step_loop=network.step_loop, postfix=progress_postfix)
 
 
+class ProgramDefault:
+    """The type of :data:`PROGRAM_DEFAULT`."""
+
+    def __repr__(self) -> str:
+        return "PROGRAM_DEFAULT"
+
+
+# ``divergence=PROGRAM_DEFAULT``: the node program's own watch (:attr:`NodeProgram.divergence`).
+PROGRAM_DEFAULT = ProgramDefault()
+
+
+def divergence_of(network: Network, divergence: float | None | ProgramDefault) -> float | None:
+    """The divergence watch a run of ``network`` uses: ``divergence``, or the program's by default."""
+    return network.divergence if isinstance(divergence, ProgramDefault) else divergence
+
+
 def train_network(
     config: NetworkConfig,
     model: nn.Module | NodeProgram,
@@ -837,7 +860,7 @@ def train_network(
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     evaluator: Evaluator | None = None,
-    divergence: float | None = 100.0,
+    divergence: float | None | ProgramDefault = PROGRAM_DEFAULT,
     donate: bool | None = None,
 ) -> dict:
     """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`jaxcomm.driver.train`).
@@ -858,7 +881,8 @@ def train_network(
       evaluator: ``evaluator(network, state, steps_done) -> dict``; default
         :func:`accuracy_evaluator` on ``eval_split`` (classifier nodes).
       divergence: stop once a node's loss exceeds this multiple of the mean loss
-        at the run's first step (None: only non-finite losses stop).
+        at the run's first step (None: only non-finite losses stop); by default the node
+        program's own watch (:attr:`NodeProgram.divergence`, 100 for a Flax classifier).
       donate: give each chunk's state buffers to the next (one copy of the network on the
         device, see :func:`jaxcomm.driver.train`); None: on accelerators (:func:`jaxcomm.driver.donation`).
 
@@ -881,7 +905,7 @@ def train_network(
     evaluator = evaluator or split_evaluator(dataset, eval_split)
     result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
                           eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
-                          desc=desc, checkpointer=checkpointer, divergence=divergence,
+                          desc=desc, checkpointer=checkpointer, divergence=divergence_of(network, divergence),
                           donate=driver.donation(donate))
     return result | {"network": network, "unreachable_evaluations": unreachable_evaluations(result["history"])}
 

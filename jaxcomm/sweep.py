@@ -170,7 +170,7 @@ def train_networks(
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     evaluator: Callable | None = None,
-    divergence: float | None = 100.0,
+    divergence: float | None | network.ProgramDefault = network.PROGRAM_DEFAULT,
     mode: str = "auto",
     donate: bool | None = None,
 ) -> list[dict]:
@@ -216,6 +216,7 @@ def train_networks(
     net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
                                num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange)
     nets = [dataclasses.replace(net, config=c) for c in configs]
+    divergence = network.divergence_of(net, divergence)
     evaluator = evaluator or network.split_evaluator(dataset, eval_split)
     base = network.network_data(dataset, first)
     data = _run_data(base, dataset.train.labels, configs)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import checkpoint, driver, network, sweep, topology
+from jaxcomm import checkpoint, driver, network, population, sweep, topology
 from jaxcomm.models import MLP, StridedCNN
 
 MODEL = MLP(hidden=(16,), num_classes=4)
@@ -135,6 +136,37 @@ def test_a_sweep_of_node_programs_with_its_own_evaluator_equals_its_runs_alone(t
         for a, b in zip(got["history"], want["history"], strict=True):
             assert a["counters"] == b["counters"] and a["p_c"] == b["p_c"] == c.consume_prob
             np.testing.assert_allclose(a["params"], b["params"], rtol=1e-5)
+
+
+def doubling_program(divergence: float | None) -> network.NodeProgram:
+    """A node whose loss is 2^k at its k-th step (from 0): past 100x the first step's at step 7, 1,000x at 10."""
+
+    def train(state, images, targets, payload, consumed, key):
+        return state._replace(params=2 * state.params), (state.params, jnp.zeros((images.shape[0], 1)))
+
+    return network.NodeProgram(init=lambda key: population.NodeState(jnp.ones(()), {}, ()), train=train,
+                               predict=lambda state, images: jnp.zeros((images.shape[0], 4)), payload_dim=1,
+                               family="mlp", divergence=divergence)
+
+
+@pytest.mark.parametrize("mode", ["population", "sequential", "alone"])
+def test_a_run_watches_its_programs_divergence_unless_told(tiny_dataset, mode):
+    quiet = lambda net, state, done: {}  # noqa: E731
+
+    def train(program, **kw):
+        runs = [config(seed=0), config(seed=1)]
+        if mode == "alone":
+            return network.train_network(runs[0], program, tiny_dataset, progress=False, evaluator=quiet, **kw)
+        return sweep.train_networks(runs, program, tiny_dataset, progress=False, evaluator=quiet, mode=mode, **kw)
+
+    with pytest.raises(driver.Diverged, match=r"above 100 .* at step 7"):
+        train(doubling_program(100.0))
+    unwatched = train(doubling_program(None))
+    assert all(r["status"] == "complete" for r in (unwatched if mode != "alone" else [unwatched]))
+    with pytest.raises(driver.Diverged, match=r"above 1000 .* at step 10"):
+        train(doubling_program(None), divergence=1000.0)
+    assert network.make_network(config(), doubling_program(None), image_shape=(8, 8, 1),
+                                num_classes=4).divergence is None
 
 
 def test_a_diverging_run_is_named_by_run_and_node(tiny_dataset):
