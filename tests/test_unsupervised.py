@@ -546,9 +546,10 @@ def test_experiment_config_holds_the_library_config():
     as_json = lambda config: json.loads(json.dumps(dataclasses.asdict(config)))
     committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "unsupervised_exchange"
     cpu = as_json(ue.cpu_config())
-    recorded = json.loads((committed / "summary.json").read_text())["config"]
-    # The table's run predates the discriminator's three options, all at their defaults (off) ever since, seeds
-    # (one seed; the preset now runs 3, each row one sweep) and the two 'add' rows (the preset runs them too).
+    assert json.loads((committed / "summary.json").read_text())["config"] == cpu  # the table is the cpu preset's
+    recorded = json.loads((committed / "superseded" / "summary.json").read_text())["config"]
+    # The superseded one-seed run predates the discriminator's three options, all at their defaults (off) ever
+    # since, seeds (the preset runs 3, each row one sweep) and the two 'add' rows.
     later = {"disc_learning_rate": 0.0, "disc_real_label": 1.0, "disc_spectral_norm": False, "num_seeds": 3}
     assert cpu.pop("rows") == list(ue.ROWS) and set(ue.ROWS) - set(recorded.pop("rows")) == set(
         ue.ROW_OBJECTIVES)
