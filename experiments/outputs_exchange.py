@@ -638,6 +638,25 @@ def other_recipes_markdown(summary: dict) -> list[str]:
             cells.append(pair(*(float(np.mean([r[k] for r in runs])) for k in ("avg_accuracy", "collective_accuracy")))
                          + f" ({len(runs)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + paired_with_others_markdown(summary["rows"], others, names)
+
+
+def paired_with_others_markdown(rows: dict, others: list[dict], names: list[str]) -> list[str]:
+    """Each subfolder run's rows minus this run's, paired by seed where both ran the same >= 2 seeds: what the
+    setting the subfolder run changes (e.g. augmentation alone) does to every row."""
+    together, comparisons = dict(rows), []
+    for name, other in zip(names, others, strict=True):
+        for row, theirs in other["rows"].items():
+            if row in rows:
+                together[f"{name}/{row}"] = theirs
+                comparisons.append((f"{name}/{row}", row, f"`{name}/` vs this run: {row}"))
+    lines = report.paired_comparisons(together, comparisons, ("avg_accuracy", "collective_accuracy",
+                                                              "validation_avg_accuracy",
+                                                              "validation_collective_accuracy"),
+                                      why_paired="the same seed draws the same shards and initialisations; the "
+                                      "runs differ only where the list above says")
+    if lines:  # its own heading, apart from the table's comparisons of rows
+        lines[1] = lines[1].replace("## Paired comparisons", "## Other runs against this one, paired", 1)
     return lines
 
 

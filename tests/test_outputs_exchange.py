@@ -204,6 +204,27 @@ def test_other_runs_table_sets_each_runs_rows_beside_this_ones_and_averages_seed
     assert oe.other_recipes_markdown(summary | {"other_runs": []}) == []
 
 
+def test_other_runs_are_paired_with_this_run_seed_by_seed():
+    def run(accuracies, folder="x", **config):
+        per_seed = [{"avg_accuracy": a, "collective_accuracy": a + 5} for a in accuracies]
+        row = {"avg_accuracy": float(np.mean(accuracies)), "collective_accuracy": float(np.mean(accuracies)) + 5,
+               "seeds": [0, 1, 2], "per_seed": per_seed}
+        return {"config": {"dataset": "cifar10", "widths": [16], "hidden": 8, "norm": "batch", "batch_size": 32,
+                           "learning_rate": 0.001, "num_steps": 100, "seed": 0, **config},
+                "rows": {"10_nodes_no_sharing": row}, "command": "c", "wall_seconds": 9.0, "out_dir": f"r/{folder}"}
+
+    summary = run([60.0, 61.0, 62.0], augment=False)
+    summary["other_runs"] = [run([62.0, 64.0, 63.0], "augmented", augment=True)]
+    lines = oe.other_recipes_markdown(summary)
+    # differences 2, 3, 1: mean 2, sd 1, half-width t(0.975, 2) x 1 / sqrt(3) = 4.303 / 1.732 = 2.48
+    assert any(line.startswith("## Other runs against this one, paired (seeds 0, 1, 2:") for line in lines)
+    assert "| `augmented/` vs this run: 10_nodes_no_sharing | avg | +2.0 | [-0.5, +4.5] | no |" in lines
+    assert "| `augmented/` vs this run: 10_nodes_no_sharing | collective | +2.0 | [-0.5, +4.5] | no |" in lines
+    one_seed = run([62.0, 64.0, 63.0], "augmented", augment=True)
+    one_seed["rows"]["10_nodes_no_sharing"]["seeds"] = [0]
+    assert not any("paired" in line for line in oe.other_recipes_markdown(summary | {"other_runs": [one_seed]}))
+
+
 def test_strided_cnn_defaults_are_unchanged():
     # 4x4 convs 3->64->128->256 with biases, stride 2, then 4*4*256 -> 10: 699,850 parameters, no model state.
     model = StridedCNN()
