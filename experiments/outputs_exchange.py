@@ -551,12 +551,15 @@ COMPARISONS = (  # (row, against, what it asks)
 """The directions chapter 2 reads from Tables 2.1: each a difference paired by seed (same seed, same draws)."""
 
 
+PAIRED_KEYS = ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy", "validation_collective_accuracy")
+"""The accuracies a paired comparison of chapter-2 rows reads (test, then validation where recorded)."""
+
+
 def paired_markdown(rows: dict) -> list[str]:
     """:data:`COMPARISONS` as paired differences of the node average and the collective (test; validation where
     recorded), :func:`jaxcomm.harness.report.paired_comparisons`."""
     return report.paired_comparisons(
-        rows, COMPARISONS, ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy",
-                            "validation_collective_accuracy"),
+        rows, COMPARISONS, PAIRED_KEYS,
         why_paired="the same seed draws the same shards, initialisations and messages' randomness")
 
 
@@ -650,14 +653,10 @@ def paired_with_others_markdown(rows: dict, others: list[dict], names: list[str]
             if row in rows:
                 together[f"{name}/{row}"] = theirs
                 comparisons.append((f"{name}/{row}", row, f"`{name}/` vs this run: {row}"))
-    lines = report.paired_comparisons(together, comparisons, ("avg_accuracy", "collective_accuracy",
-                                                              "validation_avg_accuracy",
-                                                              "validation_collective_accuracy"),
-                                      why_paired="the same seed draws the same shards and initialisations; the "
-                                      "runs differ only where the list above says")
-    if lines:  # its own heading, apart from the table's comparisons of rows
-        lines[1] = lines[1].replace("## Paired comparisons", "## Other runs against this one, paired", 1)
-    return lines
+    return report.paired_comparisons(together, comparisons, PAIRED_KEYS,
+                                     why_paired="the same seed draws the same shards and initialisations; the "
+                                     "runs differ only where the list above says",
+                                     title="Other runs against this one, paired")
 
 
 SELECTION = ("rows", "studies", "study_points", "time_budget_s", "backend", "data_dir", "study_node_counts",

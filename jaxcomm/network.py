@@ -513,7 +513,7 @@ class Network:
     exchange: exchanges.Exchange
     message_bytes: int
     family: str
-    divergence: float | None = 100.0
+    divergence: float | None
 
 
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:

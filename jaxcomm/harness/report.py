@@ -53,12 +53,12 @@ def heading(title: str, summary: dict, script: str) -> list[str]:
 
 
 def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], keys: Sequence[str], *,
-                       why_paired: str) -> list[str]:
+                       why_paired: str, title: str = "Paired comparisons") -> list[str]:
     """The table of directions a chapter reads: for each ``(a, b, question)`` of ``comparisons`` whose rows both
     ran with the same >= 2 seeds, the mean over seeds of ``a``'s minus ``b``'s value of every key (from their
     ``per_seed`` rows; keys missing from either are left out) with its Student-t 95 % interval
     (:func:`jaxcomm.stats.paired_ci95`), and "yes" where the interval excludes 0: the only directions to read.
-    ``why_paired`` ends the heading (what the same seed shares). No comparison: no lines."""
+    ``title`` starts the heading, ``why_paired`` ends it (what the same seed shares). No comparison: no lines."""
     import numpy as np  # noqa: PLC0415
 
     from jaxcomm import stats  # noqa: PLC0415
@@ -79,7 +79,7 @@ def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], 
                          f"{np.mean(diffs):+.1f} | [{lo:+.1f}, {hi:+.1f}] | {'yes' if lo > 0 or hi < 0 else 'no'} |")
     if not lines:
         return []
-    return ["", f"## Paired comparisons (seeds {', '.join(map(str, shown))}: {why_paired})", "",
+    return ["", f"## {title} (seeds {', '.join(map(str, shown))}: {why_paired})", "",
             "Mean difference (points) and its 95 % interval over seeds (Student t); a direction is read only where "
             "the interval excludes 0.", "",
             "| comparison | accuracy | mean difference | 95 % interval | excludes 0 |", "|---|---|---|---|---|",
