@@ -174,7 +174,7 @@ def train_codistillation(
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
-    divergence: float | None = 100.0,
+    divergence: float | None = driver.DIVERGENCE,
 ) -> dict:
     """Trains with codistillation and evaluates the nodes every ``eval_every`` steps.
 

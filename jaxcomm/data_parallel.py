@@ -218,7 +218,7 @@ def train_data_parallel(
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
-    divergence: float | None = 100.0,
+    divergence: float | None = driver.DIVERGENCE,
 ) -> dict:
     """Trains with synchronous SGD and evaluates the shared model every ``eval_every`` steps.
 

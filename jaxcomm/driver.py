@@ -45,6 +45,9 @@ from jaxcomm.population import to_host, where
 
 PyTree = Any
 STEP_LOOPS = ("scan", "dispatch")
+DIVERGENCE = 100.0
+"""The default divergence watch: a loss past this multiple of the mean loss at the run's first step stops the run
+(an untrained classifier's cross-entropy is about log C; a hundredfold is far past any wobble of training)."""
 
 
 def _identity(info):
@@ -323,7 +326,7 @@ def train(
     eval_every: int,
     key: jax.Array,
     tracker: Tracker | None = None,
-    divergence: float | None = 100.0,
+    divergence: float | None = DIVERGENCE,
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,

@@ -184,7 +184,7 @@ def train_local_sgd(
     progress: bool = True,
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
-    divergence: float | None = 100.0,
+    divergence: float | None = driver.DIVERGENCE,
 ) -> dict:
     """Trains with local SGD / DiLoCo and evaluates the global model every ``eval_every`` steps.
 

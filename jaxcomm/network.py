@@ -399,7 +399,7 @@ class NodeProgram(NamedTuple):
     predict: Callable[[population.NodeState, jax.Array], jax.Array]
     payload_dim: int
     family: str | None = None
-    divergence: float | None = 100.0
+    divergence: float | None = driver.DIVERGENCE
 
 
 def learning_rate(config, peak: float | jax.Array | None = None) -> float | jax.Array | optax.Schedule:

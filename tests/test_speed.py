@@ -226,6 +226,26 @@ def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkey
     assert calls == []
 
 
+
+@pytest.mark.parametrize("backend", ["unrolled", "vmap"])
+@pytest.mark.parametrize("step_loop", ["dispatch", "scan"])
+def test_the_timer_divides_by_the_steps_it_ran(monkeypatch, backend, step_loop):
+    """A fake clock that every node-step advances by 1 ms: the timer reports 1 ms per step for N = 1 (fast steps
+    are timed again in longer calls; a dispatched run once took 3 steps and was divided by 64)."""
+    clock = [0.0]
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
+
+    def tick():
+        clock[0] += 1e-3
+
+    def train(state, x):
+        jax.debug.callback(tick)
+        return {"w": state["w"] + x.sum()}, None
+
+    timer = speed.step_timer(train, lambda key: {"w": jnp.zeros(())}, 1, [jax.ShapeDtypeStruct((2,), jnp.float32)])
+    assert timer.seconds_per_step(backend, step_loop) == pytest.approx(1e-3)
+
+
 def test_a_network_measures_its_own_model_where_it_runs(tmp_path, monkeypatch):
     monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
@@ -234,7 +254,7 @@ def test_a_network_measures_its_own_model_where_it_runs(tmp_path, monkeypatch):
     net = make(MLP(hidden=(8,), num_classes=4))
     cache = json.loads((tmp_path / "choices.json").read_text())
     (key, entry), = cache.items()
-    assert key.startswith("cpu|") and key.endswith("|N=3")
+    assert key.startswith("cpu|") and key.endswith(f"|N=3|timer {speed.TIMER_VERSION}")
     seconds = entry["seconds_per_step"]
     assert set(seconds) == {f"{b}/{s}" for b, s in speed.candidates(3)}
     assert f"{net.backend}/{net.step_loop}" == min(seconds, key=seconds.get)
