@@ -528,11 +528,12 @@ def table_markdown(summary: dict) -> str:
                          + (f" {_num(s.get('validation_avg_accuracy'))} / "
                             f"{_num(s.get('validation_collective_accuracy'))} |" if validated else ""))
         for extra in summary.get("extra_runs", []):
-            lines += ["", f"Points {', '.join(extra['points'])} come from a second run, with the same settings, of "
-                      f"the points the time budget skipped: `{extra['command']}` ({extra['wall_seconds']:.0f} s, "
+            lines += ["", f"Points {', '.join(extra['points'])} come from another run with the same settings "
+                      f"(`{extra['out_dir']}/`): `{extra['command']}` ({extra['wall_seconds']:.0f} s, "
                       f"commit `{extra['git_commit']}`)."]
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
+        lines += study_paired_markdown(studies)
         lines += ["", "![studies](studies.png)"]
     lines += other_recipes_markdown(summary)
     lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
@@ -553,6 +554,23 @@ COMPARISONS = (  # (row, against, what it asks)
 
 PAIRED_KEYS = ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy", "validation_collective_accuracy")
 """The accuracies a paired comparison of chapter-2 rows reads (test, then validation where recorded)."""
+
+
+STUDY_REFERENCES = {"nodes": "N=10", "temperature": "tau=1", "neighbours": "p=9", "frequency": "p_c=0.5"}
+"""The point of each study every other point is compared with: the rows' network (10 nodes, fully connected,
+p_c = 0.5 at equilibrium broadcast, tau = 1), at the studies' steps."""
+
+
+def study_paired_markdown(studies: list[dict]) -> list[str]:
+    """Every study point minus its study's :data:`STUDY_REFERENCES` point, paired by seed (points run with the
+    same >= 2 seeds), :func:`jaxcomm.harness.report.paired_comparisons`."""
+    points = {f"{s['study']} {s['label']}": s for s in studies}
+    comparisons = [(f"{s['study']} {s['label']}", f"{s['study']} {STUDY_REFERENCES[s['study']]}",
+                    f"{s['study']}: {s['label']} vs {STUDY_REFERENCES[s['study']]}")
+                   for s in studies if s["label"] != STUDY_REFERENCES.get(s["study"], s["label"])]
+    return report.paired_comparisons(points, comparisons, PAIRED_KEYS, title="Studies against their reference point",
+                                     why_paired="the same seed draws the same initialisations and, at the same N, "
+                                                "the same shards")
 
 
 def paired_markdown(rows: dict) -> list[str]:
@@ -690,7 +708,8 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
         summary["studies"] = studies
         summary["skipped_studies"] = [s for s in summary.get("skipped_studies", [])
                                       if tuple(s.split(" ")[:2]) not in points]
-        summary["extra_runs"].append({"command": extra["command"], "wall_seconds": extra["wall_seconds"],
+        summary["extra_runs"].append({"out_dir": pathlib.Path(extra["out_dir"]).name, "command": extra["command"],
+                                      "wall_seconds": extra["wall_seconds"],
                                       "git_commit": extra["git_commit"], "device": extra.get("device"),
                                       "points": [f"{study} {label}" for study, label in points]})
     return summary, curves

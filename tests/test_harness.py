@@ -157,6 +157,27 @@ def test_interrupt_then_resume_with_the_same_config_only(tmp_path, capsys):
     assert not (tmp_path / "checkpoints").exists()  # removed once the results are written
 
 
+
+def test_the_summary_names_the_commit_the_run_started_from(tmp_path, monkeypatch):
+    """A commit made while a run trains is not the run's code; a resumed part on other code is named beside it."""
+    checked_out = ["abc"]
+    monkeypatch.setattr(results, "git_commit", lambda: checked_out[0])
+
+    def run(config):
+        checked_out[0] = "def+dirty"  # someone commits and edits while it trains
+        return rows_of(config)
+
+    assert toy_main(tmp_path / "alone", run=run) == 0
+    assert json.loads((tmp_path / "alone" / "summary.json").read_text())["git_commit"] == "abc"
+    calls = []
+    checked_out[0] = "abc"
+    resumable = interrupted_once(calls, seconds=(0.0, 0.0))
+    assert toy_main(tmp_path / "resumed", run=resumable) == 130
+    checked_out[0] = "def"
+    assert toy_main(tmp_path / "resumed", "--resume", run=resumable) == 0
+    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["git_commit"] == "abc; resumed at def"
+
+
 def test_a_rerun_refuses_checkpoints_without_resume_or_fresh(tmp_path, capsys):
     calls = []
     run = interrupted_once(calls)

@@ -225,6 +225,21 @@ def test_other_runs_are_paired_with_this_run_seed_by_seed():
     assert not any("paired" in line for line in oe.other_recipes_markdown(summary | {"other_runs": [one_seed]}))
 
 
+
+def test_study_points_are_paired_with_their_studys_reference_point():
+    def point(study, label, accuracies, seeds=(0, 1, 2)):
+        return {"study": study, "label": label, "seeds": list(seeds),
+                "per_seed": [{"avg_accuracy": a, "collective_accuracy": a + 1} for a in accuracies]}
+
+    studies = [point("neighbours", "p=1", [52.0, 54.0, 53.0]), point("neighbours", "p=9", [50.0, 51.0, 52.0]),
+               point("temperature", "tau=4", [50.0, 50.0, 50.0], seeds=(0,)), point("temperature", "tau=1", [49.0])]
+    lines = oe.study_paired_markdown(studies)
+    # differences 2, 3, 1: mean 2, half-width t(0.975, 2) x sd 1 / sqrt(3) = 2.48; one seed pairs nothing
+    assert "| neighbours: p=1 vs p=9 | avg | +2.0 | [-0.5, +4.5] | no |" in lines
+    assert "| neighbours: p=1 vs p=9 | collective | +2.0 | [-0.5, +4.5] | no |" in lines
+    assert not any("p=9 vs" in line or "tau=" in line for line in lines)
+
+
 def test_strided_cnn_defaults_are_unchanged():
     # 4x4 convs 3->64->128->256 with biases, stride 2, then 4*4*256 -> 10: 699,850 parameters, no model state.
     model = StridedCNN()

@@ -290,6 +290,11 @@ def main(
     # the command that started the checkpoints defines the run; each one that resumed them is recorded beside it
     command = state.get("command") or typed
     resumed_with = [*state.get("resumed_with", []), typed] if resume and state else []
+    # the code that ran: read before it runs (an edit made during a long run is not the run's); a resumed run
+    # keeps its first part's commit, with this part's beside it where they differ
+    now = results.git_commit()
+    first = state.get("git_commit", now) if resume and state else now
+    commit = first if now == first else f"{first}; resumed at {now}"
     before = float(state.get("wall_seconds", 0.0))
     created = not out_dir.exists()
     ckpt_dir = out_dir / "checkpoints"
@@ -298,7 +303,7 @@ def main(
         from jaxcomm.checkpoint import Checkpoints  # noqa: PLC0415  (orbax is slow to import)
 
         state = {"preset": args.preset, "config": _plain(config), "command": command, "wall_seconds": before,
-                 **({"resumed_with": resumed_with} if resumed_with else {})}
+                 "git_commit": first, **({"resumed_with": resumed_with} if resumed_with else {})}
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         (ckpt_dir / _STATE).write_text(json.dumps(state, indent=1) + "\n")
         kwargs["checkpoints"] = Checkpoints(ckpt_dir, every=args.checkpoint_every, resume=resume)
@@ -350,7 +355,7 @@ def main(
     curves = result.pop("curves", None)
     rows = result.pop("rows")
     path = results.write_summary(out_dir, experiment=experiment, preset=args.preset, rows=rows, wall_seconds=wall,
-                                 command=command, config=dataclasses.asdict(config),
+                                 command=command, commit=commit, config=dataclasses.asdict(config),
                                  **({"resumed_with": resumed_with} if resumed_with else {}), **result)
     if curves is not None:
         results.write_jsonl(out_dir / "curves.jsonl", curves)

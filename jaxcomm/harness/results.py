@@ -53,6 +53,7 @@ def write_summary(
     rows: Mapping[str, Mapping[str, Any]],
     wall_seconds: float,
     command: str | None = None,
+    commit: str | None = None,
     **extra: Any,
 ) -> pathlib.Path:
     """Writes ``summary.json`` in the common envelope and returns its path.
@@ -66,13 +67,15 @@ def write_summary(
       rows: ``{row: {metric: value}}`` as the issue names them.
       wall_seconds: the whole run (over all its parts, for a resumed run).
       command: how to reproduce it; defaults to this process' command line.
+      commit: ``git_commit``, the code that ran (read when the run started); by default the commit checked out
+        now.
       **extra: more top-level keys (the config, notes, ...).
     """
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     envelope = {"experiment": experiment, "preset": preset, "command": command or command_line(),
-                "git_commit": git_commit(), "device": device_description(), "wall_seconds": round(wall_seconds, 1),
-                "rows": rows, **extra}
+                "git_commit": commit or git_commit(), "device": device_description(),
+                "wall_seconds": round(wall_seconds, 1), "rows": rows, **extra}
     path = out / "summary.json"
     partial = out / "summary.json.partial"
     partial.write_text(json.dumps(envelope, indent=2, default=jsonable) + "\n")
