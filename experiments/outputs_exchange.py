@@ -147,9 +147,11 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
         require(isinstance(self.study_node_counts, tuple) and len(self.study_node_counts) >= 1
                 and all(isinstance(n, int) and n >= 1 for n in self.study_node_counts),
                 "study_node_counts", "a non-empty tuple of integers >= 1", self.study_node_counts)
-        require(isinstance(self.study_neighbours, tuple) and len(self.study_neighbours) >= 1
+        # empty with rings: a run of the rings alone (their labels, "N=100,p=5", cannot pass through study_points)
+        require(isinstance(self.study_neighbours, tuple) and (len(self.study_neighbours) >= 1 or self.study_rings)
                 and all(isinstance(p, int) and 1 <= p <= 9 for p in self.study_neighbours),
-                "study_neighbours", "a non-empty tuple of integers in [1, 9] (10 nodes)", self.study_neighbours)
+                "study_neighbours", "a tuple of integers in [1, 9] (10 nodes), not empty unless study_rings is",
+                self.study_neighbours)
         require(isinstance(self.study_rings, tuple)
                 and all(isinstance(r, tuple) and len(r) == 2 and all(isinstance(v, int) for v in r)
                         and 1 <= r[1] < r[0] for r in self.study_rings),
@@ -422,10 +424,14 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
                 ax.xaxis.set_minor_locator(plt.NullLocator())
             ax.set_xticks(xs, [r["label"].split("=")[1] + (" (full)" if r["label"] == "p=9" else "")
                                for r in points])
-        ax.plot(xs, [r["collective_accuracy"] for r in points], "o-", label="collective (negentropy)")
+        sd = {key: [r.get(f"{key}_sd") or 0.0 for r in points]  # over seeds (one seed: none)
+              for key in ("collective_accuracy", "avg_accuracy")}
+        ax.errorbar(xs, [r["collective_accuracy"] for r in points], yerr=sd["collective_accuracy"], fmt="o-",
+                    capsize=3, label="collective (negentropy) ± sd")
         ax.plot(xs, [r["collective_accuracy_by_weighting"]["entropy"] for r in points], "x:",
                 label="collective (entropy)")
-        ax.plot(xs, [r["avg_accuracy"] for r in points], "s--", label="node average")
+        ax.errorbar(xs, [r["avg_accuracy"] for r in points], yerr=sd["avg_accuracy"], fmt="s--", capsize=3,
+                    label="node average ± sd")
         for r in rings:
             ax.plot([r["x"]], [r["collective_accuracy"]], "D", label=f"{r['label']} ring: collective")
             ax.plot([r["x"]], [r["avg_accuracy"]], "d", fillstyle="none", label=f"{r['label']} ring: node average")

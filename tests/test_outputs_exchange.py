@@ -307,6 +307,11 @@ def test_presets_are_valid_and_the_thesis_preset_has_the_thesis_settings():
     ring = {label: kwargs for study, label, _, kwargs in oe.study_runs(oe.cpu_config()) if study == "neighbours"}
     assert ring["N=100,p=5"] == {"num_nodes": 100, "content": "true_labels", "topology": "ring", "num_neighbours": 5}
     assert oe.study_runs(oe.cpu_config())[-1][1] in ("N=100", "N=100,p=5")  # the costliest points run last
+    # the rings alone (a label with a comma cannot pass through study_points on the command line)
+    rings_alone = dataclasses.replace(oe.cpu_config(), studies=("neighbours",), study_neighbours=())
+    assert [label for _, label, _, _ in oe.study_runs(rings_alone)] == ["N=100,p=5"]
+    with pytest.raises(ValueError, match="study_neighbours"):
+        dataclasses.replace(oe.cpu_config(), study_neighbours=(), study_rings=())
 
 
 def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
