@@ -573,7 +573,7 @@ def study_paired_markdown(studies: list[dict]) -> list[str]:
     points = {f"{s['study']} {s['label']}": s for s in studies}
     comparisons = [(f"{s['study']} {s['label']}", f"{s['study']} {STUDY_REFERENCES[s['study']]}",
                     f"{s['study']}: {s['label']} vs {STUDY_REFERENCES[s['study']]}")
-                   for s in studies if s["label"] != STUDY_REFERENCES.get(s["study"], s["label"])]
+                   for s in studies if s["label"] != STUDY_REFERENCES[s["study"]]]
     return report.paired_comparisons(points, comparisons, PAIRED_KEYS, title="Studies against their reference point",
                                      why_paired="the same seed draws the same initialisations and, at the same N, "
                                                 "the same shards")
