@@ -9,9 +9,11 @@ thesis' way of running: nodes trained one after another, every node-step a
 separate compiled call (§2.2.1). It also measures the machine's float32 matmul
 rate, each row's fraction of it (XLA's FLOP count of one node-step x node-steps
 per second), the inbox's share of a step (true-label messages over a ring, best
-backend) and the state's memory per node.
+backend) and the state's memory per node. ``eager`` is the engine's own per-node loop (backend "loop", step
+loop "eager": one compiled call per node inside the engine's step, inbox and all), a candidate of
+``backend="auto"`` like the others.
 
-    python experiments/benchmark.py                  # the full table and the sweeps, ~45 min on 2 CPU cores
+    python experiments/benchmark.py                  # the full table and the sweeps, ~55 min on 2 CPU cores
     python experiments/benchmark.py --quick          # N <= 8, a minute (smoke test)
     python experiments/benchmark.py --only cnn_n10   # one row
 
@@ -153,10 +155,12 @@ def model_and_data(workload: str):
 
 
 def loop_of(net):
-    """The engine's chunk runner for this network: lax.scan or one call per step."""
+    """The engine's chunk runner for this network: lax.scan, one call per step, or the step run eagerly."""
     from jaxcomm import driver
 
-    return (driver.scan_steps if net.step_loop == "scan" else driver.dispatch_steps)(net.step, lambda info: ())
+    if net.step_loop == "scan":
+        return driver.scan_steps(net.step, lambda info: ())
+    return driver.dispatch_steps(net.step, lambda info: (), jit=net.step_loop == "dispatch")
 
 
 def timed(run, state, data, chunk: int) -> tuple[float, float]:
@@ -189,17 +193,18 @@ def measure_row(row: Row) -> dict:
     chunk = {"student": 50, "teacher": 2, "cnn": 1}[row.workload]
     result = {"workload": row.workload, "num_nodes": row.num_nodes, "batch_size": row.batch_size}
     speeds, compile_seconds = {}, {}
-    for backend in row.backends:
-        for step_loop in row.step_loops:
-            net = make(base.replace(backend=backend, step_loop=step_loop))
-            data = network.network_data(dataset, base)
-            state = net.init(jax.random.PRNGKey(0))
-            compile_seconds[f"{backend}_{step_loop}"], steps_per_s = timed(loop_of(net), state, data, chunk)
-            speeds[backend, step_loop] = steps_per_s * row.num_nodes
+    pairs = [(b, s) for b in row.backends for s in row.step_loops] + [("loop", "eager")]
+    for backend, step_loop in pairs:
+        net = make(base.replace(backend=backend, step_loop=step_loop))
+        data = network.network_data(dataset, base)
+        state = net.init(jax.random.PRNGKey(0))
+        compile_seconds[f"{backend}_{step_loop}"], steps_per_s = timed(loop_of(net), state, data, chunk)
+        speeds[backend, step_loop] = steps_per_s * row.num_nodes
     state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.nodes))
     result.update({f"{b}_{s}_node_steps_per_s": v for (b, s), v in speeds.items()})
     per_backend = {b: max(v for (bb, _), v in speeds.items() if bb == b) for b in row.backends}
     result.update({f"{b}_node_steps_per_s": v for b, v in per_backend.items()})
+    result["eager_node_steps_per_s"] = speeds["loop", "eager"]  # "loop_node_steps_per_s" is the thesis' way
     result["compile_seconds"] = compile_seconds
 
     # The thesis' way: N one-node networks, each step a separate call, one node after another.
@@ -223,7 +228,7 @@ def measure_row(row: Row) -> dict:
     best, best_loop = max(speeds, key=speeds.get)
     result["best_backend"], result["best_step_loop"] = best, best_loop
     result["best_node_steps_per_s"] = speeds[best, best_loop]
-    result["images_per_s"] = per_backend[best] * row.batch_size
+    result["images_per_s"] = speeds[best, best_loop] * row.batch_size
     # counted from the jaxpr (the same on every device; XLA's count misses a GPU's library convolutions)
     result["flops_per_node_step"] = flops.count(one.step, one_state, one_data)
     result["xla_flops_per_node_step"] = xla_flops
@@ -237,13 +242,13 @@ def measure_row(row: Row) -> dict:
         state = net.init(jax.random.PRNGKey(0))
         _, with_inbox = timed(loop_of(net), state, network.network_data(dataset, config), chunk)
         result["with_inbox_node_steps_per_s"] = with_inbox * row.num_nodes
-        result["inbox_share_of_step"] = max(0.0, 1.0 - with_inbox * row.num_nodes / per_backend[best])
+        result["inbox_share_of_step"] = max(0.0, 1.0 - with_inbox * row.num_nodes / speeds[best, best_loop])
         inbox_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.inbox))
         result["inbox_mb_per_node"] = inbox_bytes / row.num_nodes / 2**20
         result["inbox_only_share_of_step"] = _inbox_share(state, row, with_inbox)
     if row.step_loops == ("dispatch",) and row.num_nodes <= 4:
         # What lax.scan would cost here: convolutions in a loop body are slow on CPU.
-        net = make(base.replace(backend=best, step_loop="scan"))
+        net = make(base.replace(backend="unrolled" if best == "loop" else best, step_loop="scan"))
         state = net.init(jax.random.PRNGKey(0))
         _, in_scan = timed(driver.scan_steps(net.step, lambda info: ()), state, network.network_data(dataset, base), 1)
         result["scan_node_steps_per_s"] = in_scan * row.num_nodes
@@ -522,30 +527,33 @@ def _rows_table(rows: dict) -> list[str]:
     counted = ("FLOPs of a node-step's matrix products and convolutions (counted from its jaxpr, "
                "jaxcomm.flops)" if any(r.get("flops_counted") == "jaxpr" for r in rows.values())
                else "XLA FLOPs of a node-step")
+    eager = ("eager",) if any("eager_node_steps_per_s" in r for r in rows.values()) else ()
     lines = [
         "",
         "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
         "each backend's better step loop, `lax.scan` over steps or one jitted call per step); `loop` is the "
-        "thesis' way (each node-step a separate call, nodes one after another). `x loop` = best / loop. "
+        "thesis' way (each node-step a separate call, nodes one after another)"
+        + ("; `eager` the engine's own per-node loop (backend `loop`, step loop `eager`: one compiled call per "
+           "node inside the network step), a candidate of `auto`" if eager else "") + ". `x loop` = best / loop. "
         f"`% peak` = {counted} x best rate / matmul rate. `inbox share` = the inbox's pop + push "
         "alone over a whole step (true labels over a ring); `with inbox` = the drop in node-steps/s when the "
         "nodes exchange true labels (consumed minibatches included).",
         "",
-        "| row | loop | vmap | unrolled | map | sharded | best | x loop | images/s | % peak | inbox share |"
-        " with inbox | state MB/node | peak RSS MB |",
-        "|---|" + "---|" * 13,
+        f"| row | loop |{' eager |' if eager else ''} vmap | unrolled | map | sharded | best | x loop | images/s |"
+        " % peak | inbox share | with inbox | state MB/node | peak RSS MB |",
+        "|---|" + "---|" * (13 + len(eager)),
     ]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
     for name, r in rows.items():
         if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * 12)
+            lines.append(f"| {name} | failed |" + " |" * (12 + len(eager)))
             continue
         loop = r.get("loop_node_steps_per_s")
         ratio = r["best_node_steps_per_s"] / loop if loop else None
         frac = r.get("fraction_of_matmul_peak")
         share, drop = r.get("inbox_only_share_of_step"), r.get("inbox_share_of_step")
         lines.append(
-            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in BACKENDS)
+            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in (*eager, *BACKENDS))
             + f" | {r['best_backend']}/{r['best_step_loop']} | {fmt(ratio)} | {r['images_per_s']:.0f} | "
             + ("-" if frac is None else f"{100 * frac:.0f}%") + " | "
             + ("-" if share is None else f"{100 * share:.2f}%") + " | "

@@ -3,7 +3,8 @@
 A *system* is a :class:`System`, a value of pure functions (``init``, ``step``)
 and a host-side ``evaluate``. :func:`train` runs it:
 
-* steps run in chunks under ``jit``, as one ``lax.scan`` or one call per step
+* steps run in chunks, as one jitted ``lax.scan``, one jitted call per step, or
+  a step run in Python whose own jitted pieces stay separate calls
   (``System.step_loop``); the Python side only touches the state between
   chunks (evaluation, the progress bar, checkpoints);
 * after every ``eval_every`` steps, ``evaluate`` adds a record to the history;
@@ -44,7 +45,7 @@ from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.population import to_host, where
 
 PyTree = Any
-STEP_LOOPS = ("scan", "dispatch")
+STEP_LOOPS = ("scan", "dispatch", "eager")
 DIVERGENCE = 100.0
 """The default divergence watch: a loss past this multiple of the mean loss at the run's first step stops the run
 (an untrained classifier's cross-entropy is about log C; a hundredfold is far past any wobble of training)."""
@@ -68,8 +69,10 @@ class System(NamedTuple):
         divergence stops watch (None: no watch).
       summarize: maps one step's ``info`` to what is kept per step; keep it small
         (XLA drops whatever the summary does not use).
-      step_loop: "scan" (a chunk is one ``lax.scan``) or "dispatch" (one jitted
-        call per step: faster for convolutions on CPU, see :mod:`jaxcomm.speed`).
+      step_loop: "scan" (a chunk is one ``lax.scan``), "dispatch" (one jitted
+        call per step: faster for convolutions on CPU, see :mod:`jaxcomm.speed`)
+        or "eager" (the step is not jitted: its pieces, e.g. the "loop" lift's one
+        compiled call per node, run as they are; see :func:`dispatch_steps`).
       postfix: ``postfix(record) -> dict`` shown beside the progress bar.
     """
 
@@ -267,16 +270,21 @@ def scan_steps(step_fn: Callable, summarize: Callable = _identity, donate: bool 
 
 
 def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
-                   check: Callable[[], None] = lambda: None, donate: bool = False) -> Callable:
+                   check: Callable[[], None] = lambda: None, donate: bool = False, jit: bool = True) -> Callable:
     """Like :func:`scan_steps`, but one jitted call per step, no loop in the program.
 
     On CPU, XLA runs convolutions inside a loop body far slower than at the top
     level (see :mod:`jaxcomm.speed`); a step that costs milliseconds loses
     nothing to the per-call dispatch. ``check()`` runs before every step (the
-    driver's stop on a signal).
+    driver's stop on a signal). ``jit=False`` (the "eager" step loop) calls
+    ``step_fn`` as it is: a step whose heavy parts are jitted pieces of their
+    own (a "loop" population's one compiled call per node, on CPU faster for
+    convolutions than any single program of N nodes past a few tens of nodes,
+    and compiled once whatever N) pays only the dispatch of its small ops;
+    nothing is donated.
     """
 
-    step = _jitted_step(step_fn, summarize, donate)
+    step = _jitted_step(step_fn, summarize, donate) if jit else _summarized(step_fn, summarize)
 
     def run(state, data, length):
         infos = []
@@ -290,15 +298,18 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
     return run
 
 
-@functools.lru_cache(maxsize=32)
-def _jitted_step(step_fn: Callable, summarize: Callable, donate: bool = False) -> Callable:
-    """One jitted step (summarized), cached like :func:`scan_steps`."""
-
+def _summarized(step_fn: Callable, summarize: Callable) -> Callable:
     def step(state, data):
         state, info = step_fn(state, data)
         return state, summarize(info)
 
-    return jax.jit(step, donate_argnums=0 if donate else ())
+    return step
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_step(step_fn: Callable, summarize: Callable, donate: bool = False) -> Callable:
+    """One jitted step (summarized), cached like :func:`scan_steps`."""
+    return jax.jit(_summarized(step_fn, summarize), donate_argnums=0 if donate else ())
 
 
 def donation(donate: bool | None) -> bool:
@@ -396,7 +407,8 @@ def train(
     if system.step_loop == "scan":
         run = scan_steps(system.step, system.summarize, donate)
     else:
-        run = dispatch_steps(system.step, system.summarize, check=stopper.check, donate=donate)
+        run = dispatch_steps(system.step, system.summarize, check=stopper.check, donate=donate,
+                             jit=system.step_loop == "dispatch")
     # With donation the next chunk consumes the device state: what a stop falls back to, and the tracker's
     # kept values (which may alias the state), live on the host.
     keep = jax.device_get if donate else (lambda tree: tree)

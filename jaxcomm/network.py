@@ -99,8 +99,9 @@ class NetworkConfig:
         "auto" for the backend measured fastest for this model family and N
         (:func:`jaxcomm.speed.choose`).
       step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch"
-        (one jitted call per step) or "auto" (measured fastest with the backend,
-        :func:`jaxcomm.speed.choose`).
+        (one jitted call per step), "eager" (with the "loop" backend: one compiled
+        call per node, the thesis' way; :func:`jaxcomm.driver.dispatch_steps`) or
+        "auto" (measured fastest with the backend, :func:`jaxcomm.speed.choose`).
       compute_dtype: one of :data:`COMPUTE_DTYPES`: "bfloat16" runs classifier nodes' forward
         and backward passes in bfloat16 while their parameters, model state and optimiser state
         stay float32 (mixed precision, :func:`in_dtype`); losses and softmax in float32.
@@ -489,12 +490,12 @@ class Network:
     Attributes:
       config: the validated configuration.
       init: ``init(key) -> NetworkState``.
-      step: ``step(state, data) -> (state, StepInfo)``, pure; jit it.
+      step: ``step(state, data) -> (state, StepInfo)``, pure; jit it (unless ``step_loop`` is "eager").
       predict: ``predict(nodes, images [M, H, W, C] uint8) -> [N, M, ...]`` (class
-        probabilities of classifier nodes), jitted.
+        probabilities of classifier nodes), compiled (under "eager", one node at a time).
       payload_dim: D, the width of a message's payload.
       backend: the lift's backend ("auto" resolved).
-      step_loop: "scan" or "dispatch" ("auto" resolved).
+      step_loop: "scan", "dispatch" or "eager" ("auto" resolved).
       exchange: what messages carry.
       message_bytes: bytes of one message on the wire under the config's ``data_model``
         (:func:`jaxcomm.exchange.message_bytes`; uint8 images).
@@ -630,7 +631,14 @@ def make_network(
              if speed.autotune_enabled() and population.AUTO in (config.backend, config.step_loop) else None)
     backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop,
                                       timer=timer)
-    predict = jax.jit(population.lift(program.predict, backend=backend, in_axes=(0, None)))
+    predict = population.lift(program.predict, backend=backend, in_axes=(0, None))
+    predict = predict if step_loop == "eager" else jax.jit(predict)
+
+    def node_train(tuned: Settings, *args):
+        return program_for(tuned).train(*args)
+
+    # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
+    node_step = population.lift(node_train, backend=backend, in_axes=(None, 0, 0, 0, 0, 0, 0))
     failures = failure_process(config) if config.has_failures else None
     augment = augmentation(n) if config.augment else None
     mix = gossip(config.gossip_every) if config.gossip_every else None
@@ -669,8 +677,7 @@ def make_network(
         if augment is not None:  # its own key: runs without augmentation are unchanged
             key, k_augment = jax.random.split(key)
             images = augment(k_augment, images)
-        node_step = population.lift(program_for(tuned).train, backend=backend)
-        nodes, (loss, outgoing) = node_step(state.nodes, images, local_targets, payload, got,
+        nodes, (loss, outgoing) = node_step(tuned, state.nodes, images, local_targets, payload, got,
                                             jax.random.split(k_nodes, n))
         if failures is not None:  # a failed node keeps its parameters and optimiser state
             nodes = population.where(alive, nodes, state.nodes)

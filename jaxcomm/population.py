@@ -7,10 +7,11 @@ backend is a swappable detail tested equal across choices:
 
 * ``"vmap"``: ``jax.vmap`` over the node axis. Dense layers become batched
   matmuls: the fast choice for many small MLPs.
-* ``"loop"``: the reference. A Python loop that slices node ``i`` out of every
-  stacked argument, calls the (jitted) single-node function and stacks the
-  results. Called eagerly it dispatches one compiled step per node, one node
-  after another (the thesis' way, §2.2.1).
+* ``"loop"``: the reference. A Python loop that calls the single-node function
+  on node ``i``'s slice of every stacked argument and stacks the results. Called
+  eagerly (the driver's "eager" step loop) it dispatches one compiled call per
+  node, one node after another (the thesis' way, §2.2.1): the index is an
+  argument, so N nodes share one compile, and the results are stacked in one more.
 * ``"unrolled"``: the same loop traced inside the caller's ``jit``: N copies of
   the single-node graph in one program, each convolution in its own fast layout
   (under an outer ``jit``, "loop" becomes exactly this).
@@ -158,16 +159,37 @@ def lift(
         return _sharded(fn, in_axes, mesh)
     if backend == "map":
         return _mapped(fn, in_axes, map_batch_size)
-    # "loop" jits the node function, so called eagerly each node is one compiled
-    # dispatch (asynchronous: no host sync between nodes); under an outer jit the
-    # inner jit is inlined and "loop" becomes "unrolled".
-    node_fn = jax.jit(fn) if backend == "loop" else fn
+    if backend == "loop":
+        return _looped(fn, in_axes)
+
+    def unrolled(*args):
+        axes = _normalise_axes(in_axes, len(args))
+        n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
+        pairs = list(zip(args, axes, strict=True))
+        return stack([fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)])
+
+    return unrolled
+
+
+@jax.jit
+def _stacked(trees: tuple) -> PyTree:
+    return stack(trees)
+
+
+def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
+    # Called eagerly, each node is one compiled dispatch (asynchronous: no host sync between nodes) with the node's
+    # index an argument, so every node runs the one compiled program; slicing N nodes leaf by leaf op by op would
+    # cost more dispatches than the step. Under an outer jit the calls inline: "loop" becomes "unrolled".
+    @functools.partial(jax.jit, static_argnums=0)
+    def one(axes: tuple[int | None, ...], i: jax.Array, *args):
+        take = lambda leaf: jax.lax.dynamic_index_in_dim(leaf, i, keepdims=False)  # noqa: E731
+        return fn(*(jax.tree_util.tree_map(take, arg) if axis == 0 else arg
+                    for arg, axis in zip(args, axes, strict=True)))
 
     def looped(*args):
         axes = _normalise_axes(in_axes, len(args))
         n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
-        pairs = list(zip(args, axes, strict=True))
-        return stack([node_fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)])
+        return _stacked(tuple(one(axes, np.int32(i), *args) for i in range(n)))
 
     return looped
 

@@ -10,7 +10,11 @@ Two choices depend on the model and the device, and no single answer is right:
   slower than the same convolutions at the top level of a program (measured:
   0.9 s against 0.04 s for one step of the chapter-2 CNN), and wide matmuls
   lose too, while small MLP steps are dominated by the per-call overhead that
-  a scan removes.
+  a scan removes. The third way, "eager" with the "loop" backend, is the
+  thesis' own: one compiled call per node, nodes one after another. It compiles
+  one node whatever N (an unrolled program of 100 CNN nodes took minutes), and
+  on CPU it is the candidate for convolutional populations past
+  :data:`UNROLL_LIMIT` nodes, where vmapped convolutions run 5-10x slower.
 
 Neither transfers between machines: on one 2-core CPU the shipped choice for the
 chapter-2 CNN ran at 0.71-0.79x the per-node loop, and a user's residual CNN
@@ -47,7 +51,7 @@ from jaxcomm import population
 from jaxcomm.population import AUTO, BACKENDS
 
 UNROLL_LIMIT = 64  # "auto" never unrolls more nodes than this: compile time grows with N
-STEP_LOOPS = ("scan", "dispatch")
+STEP_LOOPS = ("scan", "dispatch", "eager")
 _CHOICES_FILE = pathlib.Path(__file__).parent / "assets" / "backends.json"
 FAMILIES = ("conv", "wide_mlp", "mlp")
 WIDE = 512  # a matmul with this many output features or more makes a "wide_mlp"
@@ -144,7 +148,7 @@ def rule_of_thumb(family: str, num_nodes: int, *, platform: str) -> tuple[str, s
     if platform != "cpu":
         return "vmap", "scan"
     if family == "conv":
-        return ("unrolled" if num_nodes <= UNROLL_LIMIT else "vmap"), "dispatch"
+        return ("unrolled", "dispatch") if num_nodes <= UNROLL_LIMIT else ("loop", "eager")
     return "vmap", "scan"
 
 
@@ -203,7 +207,8 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         lifted = population.lift(train, backend=backend)
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: lifted(nodes, *args)[0]  # noqa: E731
-        jitted = jax.jit(step)  # one compile serves dispatched runs of every length
+        # one compile serves dispatched runs of every length; "eager" calls the "loop" lift's per-node program
+        call = step if step_loop == "eager" else jax.jit(step)
 
         def runner(length: int):
             if step_loop == "scan":
@@ -212,7 +217,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
 
             def run(nodes):
                 for _ in range(length):
-                    nodes = jax.block_until_ready(jitted(nodes))
+                    nodes = jax.block_until_ready(call(nodes))
                 return nodes
 
             return run
@@ -238,7 +243,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         run = runner(length)
         nodes = jax.block_until_ready(run(nodes))  # compiles
         per_step, nodes = timed(run, nodes, length)
-        if fits(per_step) > length and (step_loop == "dispatch" or known is None):
+        if fits(per_step) > length and (step_loop != "scan" or known is None):
             length = fits(per_step)
             run = runner(length)  # a dispatched run, too, must take the steps its time is divided by
             if step_loop == "scan":
@@ -296,14 +301,17 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]]) -> tupl
 
 def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO,
                devices: int | None = None) -> list[tuple[str, str]]:
-    """The (backend, step loop) pairs "auto" may pick: those consistent with a fixed half, no "loop" (under jit it
-    is "unrolled"), "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and
-    never inside a scan unless asked (see :func:`choose`)."""
+    """The (backend, step loop) pairs "auto" may pick: those consistent with a fixed half, "loop" only "eager" and
+    "eager" only with "loop" (a jitted "loop" is "unrolled"; an eager vmap runs op by op) unless both are fixed,
+    "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and never inside a scan
+    unless asked (see :func:`choose`)."""
     devices = jax.device_count() if devices is None else devices
     pairs = []
-    for b in ("vmap", "unrolled", "map", "sharded"):
+    for b in ("vmap", "unrolled", "map", "sharded", "loop"):
         for s in STEP_LOOPS:
             if backend not in (AUTO, b) or step_loop not in (AUTO, s):
+                continue
+            if (b == "loop") != (s == "eager") and AUTO in (backend, step_loop):
                 continue
             if b == "unrolled" and num_nodes > UNROLL_LIMIT and backend != b:
                 continue
@@ -330,7 +338,7 @@ def choose(
     (:func:`measured_choice`). Otherwise the measured benchmark row nearest in log N and log batch size
     decides; its ranking
     is read from the fastest down, skipping pairs that contradict a choice the
-    caller fixed (``backend`` or ``step_loop`` other than "auto"),
+    caller fixed (``backend`` or ``step_loop`` other than "auto"), "loop" other than "eager" and the reverse,
     "unrolled" above :data:`UNROLL_LIMIT` nodes, and "sharded" inside a scan
     unless the scan was asked for (on one H100 it ran the wide MLPs 1,600x slower
     than one call per step: its sharding constraints in the loop body). Without
@@ -355,6 +363,7 @@ def choose(
             return measured
     platform = platform or jax.default_backend()
     fits = lambda b, s: ((backend in (AUTO, b)) and (step_loop in (AUTO, s))
+                         and ((b == "loop") == (s == "eager") or AUTO not in (backend, step_loop))
                          and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b)
                          and (b != "sharded" or s == "dispatch" or step_loop == s))
     measured = _load_choices().get(platform, {}).get(family)
@@ -364,9 +373,10 @@ def choose(
             if fits(b, s):
                 return b, s
     default_backend, default_loop = rule_of_thumb(family, num_nodes, platform=platform)
-    backend = default_backend if backend == AUTO else backend
+    if backend == AUTO:
+        backend = "loop" if step_loop == "eager" else default_backend
     if step_loop == AUTO:
-        step_loop = "dispatch" if backend == "sharded" else default_loop
+        step_loop = {"sharded": "dispatch", "loop": "eager"}.get(backend, default_loop)
     return backend, step_loop
 
 

@@ -18,8 +18,9 @@ Two ways to run a sweep, each equal to the runs alone (tested):
   evaluation set-up once.
 * ``"sequential"``: run after run through :func:`jaxcomm.driver.train`, sharing
   one compiled step (settings and shards are arguments, not constants). For
-  convolutional nodes on CPU, where the node backend is an unrolled loop and
-  vmapping convolutions turns them into slow grouped convolutions.
+  convolutional nodes on CPU, where the node backend is an unrolled loop or the
+  eager per-node loop, and vmapping convolutions turns them into slow grouped
+  convolutions.
 
 ``mode="auto"`` follows the node backend :func:`jaxcomm.speed.choose` picked for
 the model: "sequential" under the "unrolled"/"loop" backends (CPU convolutions),

@@ -115,3 +115,17 @@ def test_the_benchmark_exits_non_zero_when_a_scale_row_fails(tmp_path):
     assert "FAILED rows: student_scale" in proc.stderr
     assert "| student_scale | failed |" in (tmp_path / "table.md").read_text()
     assert "error" in json.loads((tmp_path / "summary.json").read_text())["scale"]["student_scale"]
+
+
+def test_a_row_measures_the_engines_per_node_loop_and_tables_it(monkeypatch):
+    """The engine's eager per-node loop is measured beside the lifted backends and may be the row's best."""
+    monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
+    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("dispatch",))
+    result = benchmark.measure_row(row)
+    assert result["eager_node_steps_per_s"] == result["loop_eager_node_steps_per_s"] > 0
+    assert set(result["compile_seconds"]) == {"vmap_dispatch", "loop_eager"}
+    best = max(("vmap_dispatch", "loop_eager"), key=lambda pair: result[f"{pair}_node_steps_per_s"])
+    assert f"{result['best_backend']}_{result['best_step_loop']}" == best
+    table = benchmark.format_table(_summary(rows={"student_n2": result}))
+    assert "| row | loop | eager | vmap |" in table
+    assert f"| student_n2 | {result['loop_node_steps_per_s']:.1f} | {result['eager_node_steps_per_s']:.1f} | " in table

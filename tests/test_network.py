@@ -138,6 +138,36 @@ def test_train_network_records_history(tiny_dataset):
     assert final["collective_accuracy"]["mean"] > 40  # 4 classes, learnable: well above chance
 
 
+def test_eager_per_node_loop_trains_like_one_program_and_compiles_one_node(tiny_dataset):
+    # The thesis' way (one compiled call per node, the step itself not jitted) against one jitted program of all
+    # nodes: the same run, failures and the inbox included; the node's step is traced once for 4 nodes x 8 steps.
+    config = network.NetworkConfig(num_nodes=4, num_neighbours=2, batch_size=5, inbox_capacity=3, num_steps=8,
+                                   eval_every=4, content="logits", consume_prob=0.6, broadcast_prob=0.6,
+                                   failure_prob=0.3, failure_steps=2)
+    image_shape = tiny_dataset.train.images.shape[1:]
+    program = network.classifier_program(config, MODEL, image_shape=image_shape, num_classes=4)
+    traced = []
+
+    def train(*args):
+        traced.append(1)
+        return program.train(*args)
+
+    counting = program._replace(train=train, family="mlp")
+    run = lambda backend, step_loop: network.train_network(  # noqa: E731
+        config.replace(backend=backend, step_loop=step_loop), counting, tiny_dataset, progress=False)
+    jitted = run("vmap", "dispatch")
+    traced.clear()
+    eager = run("loop", "eager")
+    assert len(traced) == 1 and eager["network"].step_loop == "eager"
+    for a, b in zip(eager["history"], jitted["history"], strict=True):
+        assert a["node_accuracies"] == pytest.approx(b["node_accuracies"], abs=1e-4)
+        assert a["reachable"] == b["reachable"]
+    for name in ("nodes", "inbox", "up", "alive"):
+        chex.assert_trees_all_close(getattr(eager["state"], name), getattr(jitted["state"], name), rtol=1e-5,
+                                    atol=1e-6)
+    assert int(eager["state"].inbox.counters.consumed.sum()) > 0
+
+
 def test_several_eval_splits_are_each_split_evaluated_alone(tiny_dataset):
     # One prediction pass over test + validation gives each split's metrics exactly as evaluating it alone.
     dataset = tiny_dataset._replace(validation=tiny_dataset.train._replace(images=tiny_dataset.train.images[:37],

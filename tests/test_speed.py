@@ -164,7 +164,9 @@ def test_choices_round_trip_and_nearest_row(tmp_path, monkeypatch):
 def test_rule_of_thumb_without_measurements(tmp_path, monkeypatch):
     monkeypatch.setattr(speed, "_CHOICES_FILE", tmp_path / "missing.json")
     assert speed.choose("conv", 10, platform="cpu") == ("unrolled", "dispatch")
-    assert speed.choose("conv", 1000, platform="cpu") == ("vmap", "dispatch")
+    assert speed.choose("conv", 1000, platform="cpu") == ("loop", "eager")  # one node compiled, whatever N
+    assert speed.choose("mlp", 64, platform="cpu", backend="loop") == ("loop", "eager")
+    assert speed.choose("mlp", 64, platform="cpu", step_loop="eager") == ("loop", "eager")
     assert speed.choose("mlp", 64, platform="cpu") == ("vmap", "scan")
     assert speed.choose("wide_mlp", 8, platform="cpu") == ("vmap", "scan")
     assert speed.choose("conv", 10, platform="gpu") == ("vmap", "scan")
@@ -183,7 +185,13 @@ def test_network_resolves_auto_and_honours_overrides():
 
 def test_candidates_follow_the_fixed_half_the_unroll_limit_and_the_devices():
     assert speed.candidates(4, devices=1) == [("vmap", "scan"), ("vmap", "dispatch"), ("unrolled", "scan"),
-                                              ("unrolled", "dispatch"), ("map", "scan"), ("map", "dispatch")]
+                                              ("unrolled", "dispatch"), ("map", "scan"), ("map", "dispatch"),
+                                              ("loop", "eager")]
+    # "loop" runs as itself only eagerly (jitted it is "unrolled"), and "eager" only pays off with "loop"
+    assert speed.candidates(4, backend="loop", devices=1) == [("loop", "eager")]
+    assert speed.candidates(4, step_loop="eager", devices=1) == [("loop", "eager")]
+    assert speed.candidates(4, backend="loop", step_loop="scan", devices=1) == [("loop", "scan")]
+    assert ("loop", "eager") in speed.candidates(2 * speed.UNROLL_LIMIT, devices=1)
     assert speed.candidates(4, backend="map", devices=1) == [("map", "scan"), ("map", "dispatch")]
     assert ("unrolled", "scan") not in speed.candidates(2 * speed.UNROLL_LIMIT, devices=1)
     # sharded: several devices dividing N, one call per step unless a scan is asked for
@@ -227,8 +235,8 @@ def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkey
 
 
 
-@pytest.mark.parametrize("backend", ["unrolled", "vmap"])
-@pytest.mark.parametrize("step_loop", ["dispatch", "scan"])
+@pytest.mark.parametrize("backend,step_loop", [("unrolled", "dispatch"), ("unrolled", "scan"), ("vmap", "dispatch"),
+                                               ("vmap", "scan"), ("loop", "eager")])
 def test_the_timer_divides_by_the_steps_it_ran(monkeypatch, backend, step_loop):
     """A fake clock that every node-step advances by 1 ms: the timer reports 1 ms per step for N = 1 (fast steps
     are timed again in longer calls; a dispatched run once took 3 steps and was divided by 64)."""
