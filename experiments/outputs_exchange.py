@@ -541,6 +541,7 @@ def table_markdown(summary: dict) -> str:
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += study_paired_markdown(studies)
         lines += ["", "![studies](studies.png)"]
+    lines += reruns_markdown(summary)
     lines += other_recipes_markdown(summary)
     lines += ["", "![accuracy vs steps per row](rows.png)", ""] if rows else [""]
     return "\n".join(lines)
@@ -635,6 +636,33 @@ def seeds_of(runs: list[dict]) -> str | None:
     return ", ".join(str(s) for s in sorted(seeds)[0]) if len(seeds) == 1 else None
 
 
+def _seeds_of(config: dict) -> str:
+    first, count = config["seed"], config.get("num_seeds", 1)
+    return f"{first}..{first + count - 1}" if count > 1 else str(first)
+
+
+def reruns_markdown(summary: dict) -> list[str]:
+    """The rows of subfolder runs with the same settings (the table run again, e.g. to time it alone), beside this
+    run's: what the same command gives twice."""
+    lines = []
+    for again in summary.get("reruns", []):
+        name = pathlib.Path(again["out_dir"]).name
+        lines += ["", f"## The same settings run again (`{name}/`)", "",
+                  f"`{again['command']}`: {again['wall_seconds']:.0f} s on {again.get('device')}, commit "
+                  f"`{again['git_commit']}`; seeds {_seeds_of(again['config'])}, as this run's. "
+                  "Accuracy (%) at the final step, this run / run again.", "",
+                  "| row | avg | coll. | validation avg | validation coll. |", "|---|---|---|---|---|"]
+        for row_name, row in summary["rows"].items():
+            other = again["rows"].get(row_name)
+            if other is None:
+                continue
+            lines.append(f"| {row_name} | " + " | ".join(
+                f"{_num(row.get(k))} / {_num(other.get(k))}" for k in
+                ("avg_accuracy", "collective_accuracy", "validation_avg_accuracy", "validation_collective_accuracy"))
+                + " |")
+    return lines
+
+
 def other_recipes_markdown(summary: dict) -> list[str]:
     """The rows of runs in subfolders that train otherwise (:data:`SELECTION`), beside this run's."""
     others = [o for o in summary.get("other_runs", []) if o["rows"]]
@@ -700,13 +728,17 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     Subfolder runs that train otherwise (a field outside :data:`SELECTION` differs) are not merged but
     listed as ``other_runs``, whose rows the table sets beside this run's."""
     summary, curves = results.read_run(out_dir)
-    summary["extra_runs"], summary["other_runs"] = [], []
+    summary["extra_runs"], summary["other_runs"], summary["reruns"] = [], [], []
     for extra, _ in results.read_runs_below(out_dir, experiment=EXPERIMENT):
         extra["config"] = {**LEGACY_SETTINGS, **extra["config"]}
         if not results.same_settings(summary["config"], extra["config"], selection=SELECTION):
             summary["other_runs"].append(extra)
             continue
+        if extra["rows"]:  # the rows run again with the same settings: set beside this run's, never merged
+            summary["reruns"].append(extra)
         points = [(s["study"], s["label"]) for s in extra["studies"]]
+        if not points:
+            continue
         studies = [s for s in summary["studies"] if (s["study"], s["label"]) not in points]
         for point in extra["studies"]:  # after the last point of its study (the table's and plots' order)
             at = max((i + 1 for i, s in enumerate(studies) if s["study"] == point["study"]), default=len(studies))

@@ -223,6 +223,9 @@ def train_networks(
     data = _run_data(base, dataset.train.labels, configs)
     states = [_initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
     mode = choose_mode(net.backend, mode)
+    if mode == "population" and net.step_loop == "eager":
+        raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "
+                         "runs mode='sequential' (vmapped over runs it would run op by op)")
     info = {"runs": len(configs), "mode": mode}
     donate = driver.donation(donate)
     if mode == "sequential":

@@ -76,6 +76,17 @@ def test_conv_nodes_sweep_run_by_run_on_cpu_and_equal_alone(tiny_dataset):
         assert_same_run(got, network.train_network(c, cnn, tiny_dataset, progress=False))
 
 
+def test_an_eager_sweep_runs_run_by_run_and_equals_its_runs_alone(tiny_dataset, alone):
+    """The eager per-node loop swept run by run equals each run alone under vmap and scan."""
+    eager = [c.replace(backend="loop", step_loop="eager") for c in RUNS[:2]]
+    results = sweep.train_networks(eager, MODEL, tiny_dataset, graph=GRAPHS[:2], progress=False)
+    for got, want in zip(results, alone[:2], strict=True):
+        assert got["sweep"]["mode"] == "sequential" and got["network"].step_loop == "eager"
+        assert_same_run(got, want)
+    with pytest.raises(ValueError, match="sequential"):
+        sweep.train_networks(eager, MODEL, tiny_dataset, graph=GRAPHS[:2], progress=False, mode="population")
+
+
 @pytest.mark.parametrize(("change", "field"), [
     (dict(num_nodes=5), "num_nodes"), (dict(batch_size=4), "batch_size"), (dict(content="none"), "content"),
     (dict(inbox_capacity=2), "inbox_capacity"), (dict(num_steps=8), "num_steps"), (dict(eval_every=2), "eval_every"),
