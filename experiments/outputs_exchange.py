@@ -750,6 +750,9 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
                                       "wall_seconds": extra["wall_seconds"],
                                       "git_commit": extra["git_commit"], "device": extra.get("device"),
                                       "points": [f"{study} {label}" for study, label in points]})
+    if summary["extra_runs"]:  # merged points follow the studies' order, not the order their folders were read in
+        order = OutputsExchangeConfig().studies
+        summary["studies"].sort(key=lambda s: order.index(s["study"]) if s["study"] in order else len(order))
     return summary, curves
 
 

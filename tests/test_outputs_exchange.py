@@ -175,17 +175,18 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
                      "skipped_studies": ["frequency p_b=2x (estimated 66 s, over the time budget)",
                                          "nodes N=50 (estimated 871 s, over the time budget)"]})
     # what it runs and how long it may take differ: merged
-    write(tmp_path / "extra", {"studies": [point("nodes", "N=50", 50)], "skipped_studies": []}, rows=[],
-          time_budget_s=0.0)
+    write(tmp_path / "extra", {"studies": [point("nodes", "N=50", 50), point("temperature", "tau=4", 4)],
+                               "skipped_studies": []}, rows=[], time_budget_s=0.0)
     # how it trains differs: not merged, its rows set beside
     write(tmp_path / "augmented", {"studies": [point("nodes", "N=20", 20)]}, augment=True, num_steps=3000)
     # the same rows run again (to time them alone): set beside, neither merged nor listed as extra points
     row = {"avg_accuracy": 60.0, "collective_accuracy": 66.0}
     write(tmp_path / "timing", {"studies": [], "rows": {"1_node_no_sharing": row}}, seed=0, num_seeds=3)
     summary, _ = oe.merge_runs(tmp_path)
-    assert [s["label"] for s in summary["studies"]] == ["N=1", "N=10", "N=50", "p_c=0.5"]
+    # merged points sit in their study, the studies in the preset's order (a new study is not appended last)
+    assert [s["label"] for s in summary["studies"]] == ["N=1", "N=10", "N=50", "tau=4", "p_c=0.5"]
     assert summary["skipped_studies"] == ["frequency p_b=2x (estimated 66 s, over the time budget)"]
-    assert [e["points"] for e in summary["extra_runs"]] == [["nodes N=50"]]
+    assert [e["points"] for e in summary["extra_runs"]] == [["nodes N=50", "temperature tau=4"]]
     assert [pathlib.Path(o["out_dir"]).name for o in summary["other_runs"]] == ["augmented"]
     assert [pathlib.Path(r["out_dir"]).name for r in summary["reruns"]] == ["timing"]
     summary["rows"] = {"1_node_no_sharing": {"avg_accuracy": 59.94, "collective_accuracy": 66.2}}
