@@ -636,21 +636,17 @@ def seeds_of(runs: list[dict]) -> str | None:
     return ", ".join(str(s) for s in sorted(seeds)[0]) if len(seeds) == 1 else None
 
 
-def _seeds_of(config: dict) -> str:
-    first, count = config["seed"], config.get("num_seeds", 1)
-    return f"{first}..{first + count - 1}" if count > 1 else str(first)
-
-
 def reruns_markdown(summary: dict) -> list[str]:
     """The rows of subfolder runs with the same settings (the table run again, e.g. to time it alone), beside this
     run's: what the same command gives twice."""
-    lines = []
+    said = lambda rows: f"seeds {seeds}" if (seeds := seeds_of(list(rows.values()))) else "one seed"  # noqa: E731
+    lines, these = [], said(summary["rows"])
     for again in summary.get("reruns", []):
-        name = pathlib.Path(again["out_dir"]).name
+        name, those = pathlib.Path(again["out_dir"]).name, said(again["rows"])
         lines += ["", f"## The same settings run again (`{name}/`)", "",
                   f"`{again['command']}`: {again['wall_seconds']:.0f} s on {again.get('device')}, commit "
-                  f"`{again['git_commit']}`; seeds {_seeds_of(again['config'])}, as this run's. "
-                  "Accuracy (%) at the final step, this run / run again.", "",
+                  f"`{again['git_commit']}`; {those}" + (", as this run's" if those == these else f" (this run: {these})")
+                  + ". Accuracy (%) at the final step, this run / run again.", "",
                   "| row | avg | coll. | validation avg | validation coll. |", "|---|---|---|---|---|"]
         for row_name, row in summary["rows"].items():
             other = again["rows"].get(row_name)

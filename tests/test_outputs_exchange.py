@@ -180,7 +180,7 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     # how it trains differs: not merged, its rows set beside
     write(tmp_path / "augmented", {"studies": [point("nodes", "N=20", 20)]}, augment=True, num_steps=3000)
     # the same rows run again (to time them alone): set beside, neither merged nor listed as extra points
-    row = {"avg_accuracy": 60.0, "collective_accuracy": 66.0}
+    row = {"avg_accuracy": 60.0, "collective_accuracy": 66.0, "seeds": [0, 1, 2]}
     write(tmp_path / "timing", {"studies": [], "rows": {"1_node_no_sharing": row}}, seed=0, num_seeds=3)
     summary, _ = oe.merge_runs(tmp_path)
     # merged points sit in their study, the studies in the preset's order (a new study is not appended last)
@@ -189,9 +189,9 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     assert [e["points"] for e in summary["extra_runs"]] == [["nodes N=50", "temperature tau=4"]]
     assert [pathlib.Path(o["out_dir"]).name for o in summary["other_runs"]] == ["augmented"]
     assert [pathlib.Path(r["out_dir"]).name for r in summary["reruns"]] == ["timing"]
-    summary["rows"] = {"1_node_no_sharing": {"avg_accuracy": 59.94, "collective_accuracy": 66.2}}
+    summary["rows"] = {"1_node_no_sharing": {"avg_accuracy": 59.94, "collective_accuracy": 66.2, "seeds": [0, 1, 2]}}
     lines = oe.reruns_markdown(summary)
-    assert lines[1] == "## The same settings run again (`timing/`)" and "seeds 0..2, as this run's" in lines[3]
+    assert lines[1] == "## The same settings run again (`timing/`)" and "seeds 0, 1, 2, as this run's" in lines[3]
     assert lines[-1] == "| 1_node_no_sharing | 59.9 / 60.0 | 66.2 / 66.0 | - / - | - / - |"
 
 
