@@ -643,10 +643,10 @@ def reruns_markdown(summary: dict) -> list[str]:
     lines, these = [], said(summary["rows"])
     for again in summary.get("reruns", []):
         name, those = pathlib.Path(again["out_dir"]).name, said(again["rows"])
+        same = ", as this run's" if those == these else f" (this run: {these})"
         lines += ["", f"## The same settings run again (`{name}/`)", "",
                   f"`{again['command']}`: {again['wall_seconds']:.0f} s on {again.get('device')}, commit "
-                  f"`{again['git_commit']}`; {those}" + (", as this run's" if those == these else f" (this run: {these})")
-                  + ". Accuracy (%) at the final step, this run / run again.", "",
+                  f"`{again['git_commit']}`; {those}{same}. Accuracy (%) at the final step, this run / run again.", "",
                   "| row | avg | coll. | validation avg | validation coll. |", "|---|---|---|---|---|"]
         for row_name, row in summary["rows"].items():
             other = again["rows"].get(row_name)
