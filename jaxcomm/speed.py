@@ -306,19 +306,17 @@ def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO,
     "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and never inside a scan
     unless asked (see :func:`choose`)."""
     devices = jax.device_count() if devices is None else devices
-    pairs = []
-    for b in ("vmap", "unrolled", "map", "sharded", "loop"):
-        for s in STEP_LOOPS:
-            if backend not in (AUTO, b) or step_loop not in (AUTO, s):
-                continue
-            if (b == "loop") != (s == "eager") and AUTO in (backend, step_loop):
-                continue
-            if b == "unrolled" and num_nodes > UNROLL_LIMIT and backend != b:
-                continue
-            if b == "sharded" and backend != b and (devices < 2 or num_nodes % devices or s == "scan"):
-                continue
-            pairs.append((b, s))
-    return pairs
+    return [(b, s) for b in ("vmap", "unrolled", "map", "sharded", "loop") for s in STEP_LOOPS
+            if _allowed(b, s, num_nodes, backend, step_loop)
+            and (b != "sharded" or backend == b or (devices >= 2 and not num_nodes % devices and s != "scan"))]
+
+
+def _allowed(b: str, s: str, num_nodes: int, backend: str, step_loop: str) -> bool:
+    """Whether "auto" may pick (``b``, ``s``) for N nodes given the caller's fixed halves (the rules
+    :func:`candidates` and the shipped table's reading in :func:`choose` share; "sharded" is theirs each)."""
+    return (backend in (AUTO, b) and step_loop in (AUTO, s)
+            and ((b == "loop") == (s == "eager") or AUTO not in (backend, step_loop))
+            and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b))
 
 
 def choose(
@@ -362,9 +360,7 @@ def choose(
         if measured is not None:
             return measured
     platform = platform or jax.default_backend()
-    fits = lambda b, s: ((backend in (AUTO, b)) and (step_loop in (AUTO, s))
-                         and ((b == "loop") == (s == "eager") or AUTO not in (backend, step_loop))
-                         and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b)
+    fits = lambda b, s: (_allowed(b, s, num_nodes, backend, step_loop)
                          and (b != "sharded" or s == "dispatch" or step_loop == s))
     measured = _load_choices().get(platform, {}).get(family)
     if measured:
