@@ -158,9 +158,7 @@ def loop_of(net):
     """The engine's chunk runner for this network: lax.scan, one call per step, or the step run eagerly."""
     from jaxcomm import driver
 
-    if net.step_loop == "scan":
-        return driver.scan_steps(net.step, lambda info: ())
-    return driver.dispatch_steps(net.step, lambda info: (), jit=net.step_loop == "dispatch")
+    return driver.chunk_runner(net.step, lambda info: (), net.step_loop)
 
 
 def timed(run, state, data, chunk: int) -> tuple[float, float]:

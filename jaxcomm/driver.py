@@ -298,6 +298,15 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
     return run
 
 
+def chunk_runner(step_fn: Callable, summarize: Callable, step_loop: str, *,
+                 check: Callable[[], None] = lambda: None, donate: bool = False) -> Callable:
+    """``run(state, data, length) -> (state, infos)`` of the step loop :class:`System` names: :func:`scan_steps`
+    for "scan", :func:`dispatch_steps` for "dispatch" and, not jitted, for "eager"."""
+    if step_loop == "scan":
+        return scan_steps(step_fn, summarize, donate)
+    return dispatch_steps(step_fn, summarize, check=check, donate=donate, jit=step_loop == "dispatch")
+
+
 def _summarized(step_fn: Callable, summarize: Callable) -> Callable:
     def step(state, data):
         state, info = step_fn(state, data)
@@ -404,11 +413,7 @@ def train(
             return _result(history, state, done, seconds, resumed_from, best, "stopped" if finished else "complete")
 
     stopper = _StopOnSignal(jax.process_count())
-    if system.step_loop == "scan":
-        run = scan_steps(system.step, system.summarize, donate)
-    else:
-        run = dispatch_steps(system.step, system.summarize, check=stopper.check, donate=donate,
-                             jit=system.step_loop == "dispatch")
+    run = chunk_runner(system.step, system.summarize, system.step_loop, check=stopper.check, donate=donate)
     # With donation the next chunk consumes the device state: what a stop falls back to, and the tracker's
     # kept values (which may alias the state), live on the host.
     keep = jax.device_get if donate else (lambda tree: tree)
