@@ -96,13 +96,17 @@ def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
     return [graph] * num_runs
 
 
-def choose_mode(backend: str, mode: str = "auto") -> str:
-    """"population" or "sequential" for the node ``backend`` (see the module docstring)."""
+def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan") -> str:
+    """"population" or "sequential" for the node ``backend`` (see the module docstring); an "eager" ``step_loop``
+    sweeps only run by run."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode != "auto":
-        return mode
-    return "sequential" if backend in SEQUENTIAL_BACKENDS else "population"
+    if mode == "auto":
+        mode = "sequential" if backend in SEQUENTIAL_BACKENDS else "population"
+    if mode == "population" and step_loop == "eager":
+        raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "
+                         "runs mode='sequential' (vmapped over runs it would run op by op)")
+    return mode
 
 
 def _initial_state(net: network.Network, config: NetworkConfig, graph: Graph) -> network.NetworkState:
@@ -222,10 +226,7 @@ def train_networks(
     base = network.network_data(dataset, first)
     data = _run_data(base, dataset.train.labels, configs)
     states = [_initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
-    mode = choose_mode(net.backend, mode)
-    if mode == "population" and net.step_loop == "eager":
-        raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "
-                         "runs mode='sequential' (vmapped over runs it would run op by op)")
+    mode = choose_mode(net.backend, mode, net.step_loop)
     info = {"runs": len(configs), "mode": mode}
     donate = driver.donation(donate)
     if mode == "sequential":
