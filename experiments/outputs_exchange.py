@@ -735,18 +735,16 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
         points = [(s["study"], s["label"]) for s in extra["studies"]]
         if not points:
             continue
-        studies = [s for s in summary["studies"] if (s["study"], s["label"]) not in points]
-        for point in extra["studies"]:  # after the last point of its study (the table's and plots' order)
-            at = max((i + 1 for i, s in enumerate(studies) if s["study"] == point["study"]), default=len(studies))
-            studies.insert(at, point)
-        summary["studies"] = studies
+        # a merged point replaces this run's of the same label; the sort below puts it after its study's others
+        summary["studies"] = [s for s in summary["studies"] if (s["study"], s["label"]) not in points] + list(
+            extra["studies"])
         summary["skipped_studies"] = [s for s in summary.get("skipped_studies", [])
                                       if tuple(s.split(" ")[:2]) not in points]
         summary["extra_runs"].append({"out_dir": pathlib.Path(extra["out_dir"]).name, "command": extra["command"],
                                       "wall_seconds": extra["wall_seconds"],
                                       "git_commit": extra["git_commit"], "device": extra.get("device"),
                                       "points": [f"{study} {label}" for study, label in points]})
-    if summary["extra_runs"]:  # merged points follow the studies' order, not the order their folders were read in
+    if summary["extra_runs"]:  # the preset's order of studies, whatever order the folders were read in (stable)
         order = OutputsExchangeConfig().studies
         summary["studies"].sort(key=lambda s: order.index(s["study"]) if s["study"] in order else len(order))
     return summary, curves
