@@ -55,6 +55,20 @@ def _identity(info):
     return info
 
 
+class Layout(NamedTuple):
+    """How the "eager" step loop holds a state within a chunk of steps, and back.
+
+    Attributes:
+      apart: ``apart(state) -> state`` at a chunk's start, e.g. node states as
+        :class:`jaxcomm.population.Unstacked` (one set of buffers per node).
+      together: ``together(state) -> state`` at its end: the state evaluations,
+        checkpoints and the caller see (stacked).
+    """
+
+    apart: Callable[[PyTree], PyTree]
+    together: Callable[[PyTree], PyTree]
+
+
 class System(NamedTuple):
     """A training system the driver runs: pure functions plus a host-side evaluation.
 
@@ -74,6 +88,7 @@ class System(NamedTuple):
         or "eager" (the step is not jitted: its pieces, e.g. the "loop" lift's one
         compiled call per node, run as they are; see :func:`dispatch_steps`).
       postfix: ``postfix(record) -> dict`` shown beside the progress bar.
+      layout: how the "eager" step loop holds the state within a chunk (None: as it is).
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -83,6 +98,7 @@ class System(NamedTuple):
     summarize: Callable[[PyTree], PyTree] = _identity
     step_loop: str = "scan"
     postfix: Callable[[dict], dict] | None = None
+    layout: Layout | None = None
 
 
 class Tracker(NamedTuple):
@@ -270,7 +286,8 @@ def scan_steps(step_fn: Callable, summarize: Callable = _identity, donate: bool 
 
 
 def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
-                   check: Callable[[], None] = lambda: None, donate: bool = False, jit: bool = True) -> Callable:
+                   check: Callable[[], None] = lambda: None, donate: bool = False, jit: bool = True,
+                   layout: Layout | None = None) -> Callable:
     """Like :func:`scan_steps`, but one jitted call per step, no loop in the program.
 
     On CPU, XLA runs convolutions inside a loop body far slower than at the top
@@ -281,30 +298,35 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
     own (a "loop" population's one compiled call per node, on CPU faster for
     convolutions than any single program of N nodes past a few tens of nodes,
     and compiled once whatever N) pays only the dispatch of its small ops;
-    nothing is donated.
+    nothing is donated, and ``layout`` (if any) holds the state apart for the
+    chunk's steps.
     """
 
     step = _jitted_step(step_fn, summarize, donate) if jit else _summarized(step_fn, summarize)
+    apart, together = layout if layout is not None and not jit else (_identity, _identity)
 
     def run(state, data, length):
         infos = []
+        state = apart(state)
         for _ in range(length):
             check()
             # Waiting on every step keeps a signal from queueing behind a whole chunk of dispatched steps.
             state, info = jax.block_until_ready(step(state, data))
             infos.append(info)
-        return state, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *infos)
+        return together(state), jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *infos)
 
     return run
 
 
 def chunk_runner(step_fn: Callable, summarize: Callable, step_loop: str, *,
-                 check: Callable[[], None] = lambda: None, donate: bool = False) -> Callable:
+                 check: Callable[[], None] = lambda: None, donate: bool = False,
+                 layout: Layout | None = None) -> Callable:
     """``run(state, data, length) -> (state, infos)`` of the step loop :class:`System` names: :func:`scan_steps`
-    for "scan", :func:`dispatch_steps` for "dispatch" and, not jitted, for "eager"."""
+    for "scan", :func:`dispatch_steps` for "dispatch" and, not jitted and with ``layout``, for "eager"."""
     if step_loop == "scan":
         return scan_steps(step_fn, summarize, donate)
-    return dispatch_steps(step_fn, summarize, check=check, donate=donate, jit=step_loop == "dispatch")
+    return dispatch_steps(step_fn, summarize, check=check, donate=donate, jit=step_loop == "dispatch",
+                          layout=layout)
 
 
 def _summarized(step_fn: Callable, summarize: Callable) -> Callable:
@@ -413,7 +435,8 @@ def train(
             return _result(history, state, done, seconds, resumed_from, best, "stopped" if finished else "complete")
 
     stopper = _StopOnSignal(jax.process_count())
-    run = chunk_runner(system.step, system.summarize, system.step_loop, check=stopper.check, donate=donate)
+    run = chunk_runner(system.step, system.summarize, system.step_loop, check=stopper.check, donate=donate,
+                       layout=system.layout)
     # With donation the next chunk consumes the device state: what a stop falls back to, and the tracker's
     # kept values (which may alias the state), live on the host.
     keep = jax.device_get if donate else (lambda tree: tree)

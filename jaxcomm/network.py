@@ -278,7 +278,9 @@ class NetworkState(NamedTuple):
     """Everything that changes during training.
 
     Attributes:
-      nodes: stacked :class:`jaxcomm.population.NodeState`, leaves ``[N, ...]``.
+      nodes: stacked :class:`jaxcomm.population.NodeState`, leaves ``[N, ...]``
+        (within a chunk of the "eager" step loop, :class:`jaxcomm.population.Unstacked`:
+        see :data:`NODES_APART`).
       inbox: :class:`jaxcomm.inbox.InboxState`, or None for content "none".
       adj: ``[N, N] bool`` current graph, ``adj[i, j]`` = i sends to j.
       step: ``[] int32`` steps taken.
@@ -634,12 +636,18 @@ def make_network(
     predict = population.lift(program.predict, backend=backend, in_axes=(0, None))
     predict = predict if step_loop == "eager" else jax.jit(predict)
 
-    def node_train(tuned: Settings, *args):
-        return program_for(tuned).train(*args)
+    failures = failure_process(config) if config.has_failures else None
+
+    def node_train(tuned: Settings, node, *args):
+        if failures is None:
+            return program_for(tuned).train(node, *args)
+        *args, alive = args  # a failed node keeps its parameters and optimiser state
+        new, aux = program_for(tuned).train(node, *args)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(alive, a, b), new, node), aux
 
     # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
-    node_step = population.lift(node_train, backend=backend, in_axes=(None, 0, 0, 0, 0, 0, 0))
-    failures = failure_process(config) if config.has_failures else None
+    node_step = population.lift(node_train, backend=backend,
+                                in_axes=(None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ()))
     augment = augmentation(n) if config.augment else None
     mix = gossip(config.gossip_every) if config.gossip_every else None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
@@ -677,13 +685,15 @@ def make_network(
         if augment is not None:  # its own key: runs without augmentation are unchanged
             key, k_augment = jax.random.split(key)
             images = augment(k_augment, images)
-        nodes, (loss, outgoing) = node_step(tuned, state.nodes, images, local_targets, payload, got,
-                                            jax.random.split(k_nodes, n))
-        if failures is not None:  # a failed node keeps its parameters and optimiser state
-            nodes = population.where(alive, nodes, state.nodes)
+        nodes, (loss, outgoing) = population.state_and_aux(node_step(
+            tuned, state.nodes, images, local_targets, payload, got, jax.random.split(k_nodes, n),
+            *((alive,) if failures is not None else ())))
         if mix is not None:
             live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
-            nodes = mix(state.step, live, nodes)
+            if not isinstance(nodes, population.Unstacked):
+                nodes = mix(state.step, live, nodes)
+            elif (int(state.step) + 1) % config.gossip_every == 0:  # eager: regrouped only when the mix is due
+                nodes = population.unstack(mix(state.step, live, population.restack(nodes)))
         adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got
@@ -821,6 +831,12 @@ def summarize_info(info: StepInfo) -> StepInfo:
     return info._replace(indices=info.indices[..., :0])
 
 
+# The "eager" step loop holds node states apart (one set of buffers per node, as the thesis' N models) within a
+# chunk: the "loop" lift then updates each node where it lies instead of slicing and stacking the population.
+NODES_APART = driver.Layout(lambda state: state._replace(nodes=population.unstack(state.nodes)),
+                            lambda state: state._replace(nodes=population.restack(state.nodes)))
+
+
 def system(network: Network, evaluator: Evaluator) -> driver.System:
     """The network as a :class:`jaxcomm.driver.System`: its step, and records of losses, evaluator metrics
     and inbox counters."""
@@ -836,7 +852,7 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
 
     return driver.System(network.init, network.step, evaluate_, losses=lambda infos: infos.loss,
                          summarize=summarize_info,
-                         step_loop=network.step_loop, postfix=progress_postfix)
+                         step_loop=network.step_loop, postfix=progress_postfix, layout=NODES_APART)
 
 
 class ProgramDefault:

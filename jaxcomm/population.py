@@ -11,7 +11,9 @@ backend is a swappable detail tested equal across choices:
   on node ``i``'s slice of every stacked argument and stacks the results. Called
   eagerly (the driver's "eager" step loop) it dispatches one compiled call per
   node, one node after another (the thesis' way, §2.2.1): the index is an
-  argument, so N nodes share one compile, and the results are stacked in one more.
+  argument, so N nodes share one compile, and the results are stacked in one more;
+  given node states :class:`Unstacked` (N separate sets of buffers, as the
+  thesis' N models), it neither slices nor stacks them.
 * ``"unrolled"``: the same loop traced inside the caller's ``jit``: N copies of
   the single-node graph in one program, each convolution in its own fast layout
   (under an outer ``jit``, "loop" becomes exactly this).
@@ -176,6 +178,52 @@ def _stacked(trees: tuple) -> PyTree:
     return stack(trees)
 
 
+@jax.jit
+def _node_of(tree: PyTree, i: jax.Array) -> PyTree:  # node i's slice, one compiled call whatever i
+    return jax.tree_util.tree_map(lambda leaf: jax.lax.dynamic_index_in_dim(leaf, i, keepdims=False), tree)
+
+
+class Unstacked(NamedTuple):
+    """N per-node pytrees held as N separate sets of buffers, not stacked on a node axis.
+
+    The "eager" step loop's layout of node states within a chunk of steps
+    (:class:`jaxcomm.driver.Layout`): a "loop" lift called eagerly reads node
+    ``i``'s tree where it lies and returns each node's output as its own, as
+    the thesis' N separate models are updated. Stacked, every step would copy
+    the population twice (a slice of each node, a stack of the results) and,
+    on CPU, write the stack into freshly mapped memory, page by page: for 32
+    wide MLP nodes (27 MB of state each) that made the step 2-3x slower than
+    the thesis' loop.
+
+    Attributes:
+      trees: node ``i``'s pytree at position ``i``.
+    """
+
+    trees: tuple
+
+
+def unstack(tree: PyTree) -> Unstacked:
+    """A stacked tree (leaves ``[N, ...]``) as :class:`Unstacked` (N compiled calls of one program);
+    an :class:`Unstacked` tree as it is."""
+    if isinstance(tree, Unstacked):
+        return tree
+    return Unstacked(tuple(_node_of(tree, np.int32(i)) for i in range(num_nodes(tree))))
+
+
+def restack(tree: PyTree) -> PyTree:
+    """An :class:`Unstacked` tree stacked on a new leading node axis; a stacked tree as it is."""
+    return _stacked(tree.trees) if isinstance(tree, Unstacked) else tree
+
+
+def state_and_aux(out: PyTree) -> tuple[PyTree, PyTree]:
+    """A lifted step's ``(state, aux)``: from an :class:`Unstacked` output of N per-node pairs, the states
+    :class:`Unstacked` (they stay where they are) and the auxiliaries stacked (``[N, ...]``, small); a stacked
+    pair as it is."""
+    if not isinstance(out, Unstacked):
+        return out
+    return Unstacked(tuple(state for state, _ in out.trees)), _stacked(tuple(aux for _, aux in out.trees))
+
+
 def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
     # Called eagerly, each node is one compiled dispatch (asynchronous: no host sync between nodes) with the node's
     # index an argument, so every node runs the one compiled program; slicing N nodes leaf by leaf op by op would
@@ -188,6 +236,13 @@ def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
 
     def looped(*args):
         axes = _normalise_axes(in_axes, len(args))
+        apart = [axis == 0 and isinstance(arg, Unstacked) for arg, axis in zip(args, axes, strict=True)]
+        if any(apart):  # node i's own buffers go in as they are; its outputs stay its own
+            n = len(next(arg for arg, a in zip(args, apart, strict=True) if a).trees)
+            call_axes = tuple(None if a else axis for a, axis in zip(apart, axes, strict=True))
+            return Unstacked(tuple(one(call_axes, np.int32(i), *(arg.trees[i] if a else arg
+                                                                  for arg, a in zip(args, apart, strict=True)))
+                                   for i in range(n)))
         n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
         return _stacked(tuple(one(axes, np.int32(i), *args) for i in range(n)))
 

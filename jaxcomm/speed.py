@@ -11,10 +11,16 @@ Two choices depend on the model and the device, and no single answer is right:
   0.9 s against 0.04 s for one step of the chapter-2 CNN), and wide matmuls
   lose too, while small MLP steps are dominated by the per-call overhead that
   a scan removes. The third way, "eager" with the "loop" backend, is the
-  thesis' own: one compiled call per node, nodes one after another. It compiles
-  one node whatever N (an unrolled program of 100 CNN nodes took minutes), and
-  on CPU it is the candidate for convolutional populations past
-  :data:`UNROLL_LIMIT` nodes, where vmapped convolutions run 5-10x slower.
+  thesis' own: one compiled call per node, nodes one after another, each node's
+  state its own buffers within a chunk of steps
+  (:class:`jaxcomm.population.Unstacked`). It compiles one node whatever N (an
+  unrolled program of 100 CNN nodes took minutes), and on CPU it is the
+  candidate for convolutional populations past :data:`UNROLL_LIMIT` nodes, where
+  vmapped convolutions run 5-10x slower, and for wide MLPs whose N states
+  together outgrow the cache: one node's state stays in it through its step,
+  and no step writes the whole population into fresh memory (on Linux, XLA's
+  large CPU buffers are freshly mapped on every call and faulted in page by
+  page: 47,105 faults and 48 ms for one 184 MB elementwise op on 2 cores).
 
 Neither transfers between machines: on one 2-core CPU the shipped choice for the
 chapter-2 CNN ran at 0.71-0.79x the per-node loop, and a user's residual CNN
@@ -157,7 +163,8 @@ CACHE_ENV = "JAXCOMM_CACHE_DIR"  # where measured choices are kept (default ~/.c
 TIMED_STEPS = 3  # steps per timed call of a candidate, more when a step is fast:
 MIN_TIMED_SECONDS = 0.2  # ... up to a call of about this long
 MAX_TIMED_STEPS = 64
-TIMER_VERSION = 2  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch)
+TIMER_VERSION = 3  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch;
+# 2 timed "eager" with the population stacked every step, as the engine no longer runs it)
 
 
 def autotune_enabled() -> bool:
@@ -206,7 +213,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
     def seconds_per_step(backend: str, step_loop: str) -> float:
         lifted = population.lift(train, backend=backend)
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
-        step = lambda nodes: lifted(nodes, *args)[0]  # noqa: E731
+        step = lambda nodes: population.state_and_aux(lifted(nodes, *args))[0]  # noqa: E731
         # one compile serves dispatched runs of every length; "eager" calls the "loop" lift's per-node program
         call = step if step_loop == "eager" else jax.jit(step)
 
@@ -240,6 +247,8 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         known = dispatched.get(backend)
         length = fits(known) if step_loop == "scan" and known is not None else steps
         nodes = population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend)
+        if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
+            nodes = population.unstack(nodes)
         run = runner(length)
         nodes = jax.block_until_ready(run(nodes))  # compiles
         per_step, nodes = timed(run, nodes, length)

@@ -66,3 +66,17 @@ def test_bytes_by_hand_and_training_under_the_driver(tiny_dataset):
     with pytest.raises(ValueError, match="num_nodes must be at least 2"):
         codistillation.make_codistillation(config(num_nodes=1, num_neighbours=0), MODEL, image_shape=(8, 8, 1),
                                            num_classes=4, refresh_every=1)
+
+
+def test_the_eager_per_node_loop_trains_as_one_program(tiny_dataset):
+    # backend "loop" with the "eager" step loop (auto's pick for conv nodes past 64 on CPU) against vmap in one
+    # jitted step: the same run.
+    run = lambda backend, step_loop: codistillation.train_codistillation(  # noqa: E731
+        config(num_steps=8, eval_every=4, backend=backend, step_loop=step_loop), MODEL, tiny_dataset,
+        refresh_every=3, progress=False)
+    eager, jitted = run("loop", "eager"), run("vmap", "dispatch")
+    assert eager["system"].step_loop == "eager"
+    for a, b in zip(jax.tree.leaves(eager["state"].nodes), jax.tree.leaves(jitted["state"].nodes), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert ([h["avg_accuracy"] for h in eager["history"]]
+            == pytest.approx([h["avg_accuracy"] for h in jitted["history"]], abs=1e-4))

@@ -39,6 +39,36 @@ def test_any_chunking_gives_the_same_state(eval_every, step_loop):
     assert sum((r["seen"] for r in result["history"]), []) == list(range(10))
 
 
+@pytest.mark.parametrize("step_loop", driver.STEP_LOOPS)
+def test_the_eager_loop_holds_the_state_in_its_layout_within_a_chunk(step_loop):
+    # The layout (count held as a tagged tuple here) wraps each chunk of the eager loop, and only that loop: its
+    # steps see the state apart, evaluations and the result see it together, the run is unchanged.
+    calls = []
+
+    def apart(state):
+        calls.append("apart")
+        return ("apart", state)
+
+    def together(held):
+        calls.append("together")
+        return held[1]
+
+    system = counter_system(step_loop, layout=driver.Layout(apart, together))
+    plain_step = system.step
+
+    def step(held, data):
+        if step_loop == "eager":
+            assert held[0] == "apart"
+            state, info = plain_step(held[1], data)
+            return ("apart", state), info
+        return plain_step(held, data)
+
+    result = driver.train(system._replace(step=step), jnp.float32(2.0), num_steps=10, eval_every=4,
+                          key=jax.random.PRNGKey(0), progress=False)
+    assert float(result["state"][1]) == 90.0 and [r["count"] for r in result["history"]] == [4, 8, 10]
+    assert calls == (["apart", "together"] * 3 if step_loop == "eager" else [])
+
+
 def test_pieces_of_a_long_scan_give_the_same_run():
     """A scanned chunk cut into pieces (a signal waits less) equals the whole chunk.
 

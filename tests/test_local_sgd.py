@@ -63,3 +63,16 @@ def test_diloco_trains_under_the_driver(tiny_dataset):
                                     progress=False)
     assert [h["step"] for h in out["history"]] == [20, 40]
     assert out["final"]["avg_accuracy"] > 40  # 4 learnable classes
+
+
+def test_the_eager_per_node_loop_trains_as_one_program(tiny_dataset):
+    # backend "loop" with the "eager" step loop (auto's pick for conv nodes past 64 on CPU) against vmap in one
+    # jitted step: the same rounds.
+    run = lambda backend, step_loop: local_sgd.train_local_sgd(  # noqa: E731
+        config(num_steps=8, eval_every=4, backend=backend, step_loop=step_loop), MODEL, tiny_dataset,
+        sync_every=3, progress=False)
+    eager, jitted = run("loop", "eager"), run("vmap", "dispatch")
+    for a, b in zip(jax.tree.leaves(eager["state"]), jax.tree.leaves(jitted["state"]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert ([h["avg_accuracy"] for h in eager["history"]]
+            == pytest.approx([h["avg_accuracy"] for h in jitted["history"]], abs=1e-4))

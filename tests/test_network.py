@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import driver, network
+from jaxcomm import driver, network, population
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import StridedCNN
 
@@ -138,12 +138,17 @@ def test_train_network_records_history(tiny_dataset):
     assert final["collective_accuracy"]["mean"] > 40  # 4 classes, learnable: well above chance
 
 
-def test_eager_per_node_loop_trains_like_one_program_and_compiles_one_node(tiny_dataset):
-    # The thesis' way (one compiled call per node, the step itself not jitted) against one jitted program of all
-    # nodes: the same run, failures and the inbox included; the node's step is traced once for 4 nodes x 8 steps.
+@pytest.mark.parametrize("gossip_every", [0, 3])
+def test_eager_per_node_loop_trains_like_one_program_and_compiles_one_node(tiny_dataset, monkeypatch, gossip_every):
+    # The thesis' way (one compiled call per node, the step itself not jitted, node states held apart within a
+    # chunk) against one jitted program of all nodes: the same run, failures, the inbox and gossip included; the
+    # node's step is traced once for 4 nodes x 8 steps, and the states are taken apart once per chunk.
     config = network.NetworkConfig(num_nodes=4, num_neighbours=2, batch_size=5, inbox_capacity=3, num_steps=8,
                                    eval_every=4, content="logits", consume_prob=0.6, broadcast_prob=0.6,
-                                   failure_prob=0.3, failure_steps=2)
+                                   failure_prob=0.3, failure_steps=2, gossip_every=gossip_every)
+    unstacks = []
+    unstack = population.unstack
+    monkeypatch.setattr(population, "unstack", lambda tree: unstacks.append(1) or unstack(tree))
     image_shape = tiny_dataset.train.images.shape[1:]
     program = network.classifier_program(config, MODEL, image_shape=image_shape, num_classes=4)
     traced = []
@@ -159,6 +164,7 @@ def test_eager_per_node_loop_trains_like_one_program_and_compiles_one_node(tiny_
     traced.clear()
     eager = run("loop", "eager")
     assert len(traced) == 1 and eager["network"].step_loop == "eager"
+    assert len(unstacks) == 2 + (8 // gossip_every if gossip_every else 0)  # 8 steps in chunks of 4, and each mix
     for a, b in zip(eager["history"], jitted["history"], strict=True):
         assert a["node_accuracies"] == pytest.approx(b["node_accuracies"], abs=1e-4)
         assert a["reachable"] == b["reachable"]

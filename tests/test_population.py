@@ -120,3 +120,29 @@ def test_where_selects_whole_nodes():
     np.testing.assert_array_equal(out["b"], [1.0, 0.0, 1.0])
     np.testing.assert_array_equal(out["w"][:, 0, 0], [1.0, 0.0, 1.0])
     assert out["w"][1].sum() == 0 and out["w"][0].sum() == 4
+
+
+def test_unstacked_nodes_round_trip_and_loop_updates_them_where_they_lie():
+    stacked = {"w": jnp.arange(12.0).reshape(3, 2, 2), "b": jnp.arange(3)}
+    apart = population.unstack(stacked)
+    assert isinstance(apart, population.Unstacked) and len(apart.trees) == 3
+    np.testing.assert_array_equal(apart.trees[1]["w"], [[4.0, 5.0], [6.0, 7.0]])
+    assert population.unstack(apart) is apart and population.restack(stacked) is stacked
+    back = population.restack(apart)
+    for name in stacked:
+        np.testing.assert_array_equal(back[name], stacked[name])
+
+    def step(node, x, scale):  # one node: (new state, aux)
+        return {"w": node["w"] * scale + x, "b": node["b"] + 1}, node["w"].sum() + x
+
+    xs = jnp.array([1.0, 2.0, 3.0])
+    lifted = population.lift(step, backend="loop", in_axes=(0, 0, None))
+    out = lifted(apart, xs, 2.0)
+    assert isinstance(out, population.Unstacked)
+    nodes, aux = population.state_and_aux(out)
+    assert isinstance(nodes, population.Unstacked)  # states stay apart, the auxiliaries are stacked
+    want_nodes, want_aux = population.lift(step, backend="vmap", in_axes=(0, 0, None))(stacked, xs, 2.0)
+    np.testing.assert_array_equal(aux, want_aux)
+    for name in stacked:
+        np.testing.assert_array_equal(population.restack(nodes)[name], want_nodes[name])
+    assert population.state_and_aux((want_nodes, want_aux))[1] is want_aux  # a stacked pair as it is
