@@ -68,6 +68,17 @@ def test_the_eager_loop_holds_the_state_in_its_layout_within_a_chunk(step_loop):
     assert float(result["state"][1]) == 90.0 and [r["count"] for r in result["history"]] == [4, 8, 10]
     assert calls == (["apart", "together"] * 3 if step_loop == "eager" else [])
 
+    def interrupted_step(held, data):  # a stop within the second chunk, while the state is held apart
+        if int(held[1][0]) == 6:
+            raise KeyboardInterrupt
+        return step(held, data)
+
+    if step_loop == "eager":  # (run as it is, the step can look at its values)
+        result = driver.train(system._replace(step=interrupted_step), jnp.float32(2.0), num_steps=10, eval_every=4,
+                              key=jax.random.PRNGKey(0), progress=False)
+        assert result["status"] == "interrupted" and result["steps_done"] == 4
+        assert int(result["state"][0]) == 4  # the last whole chunk's state, together
+
 
 def test_pieces_of_a_long_scan_give_the_same_run():
     """A scanned chunk cut into pieces (a signal waits less) equals the whole chunk.
