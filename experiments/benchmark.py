@@ -159,9 +159,9 @@ def model_and_data(workload: str):
 def loop_of(net):
     """The engine's chunk runner for this network: lax.scan, one call per step, or the step run eagerly (node states
     apart within the chunk, as in training)."""
-    from jaxcomm import driver, network
+    from jaxcomm import driver
 
-    return driver.chunk_runner(net.step, lambda info: (), net.step_loop, layout=network.NODES_APART)
+    return driver.chunk_runner(net.step, lambda info: (), net.step_loop, layout=net.layout)
 
 
 def rate(run, state, data, chunk: int) -> tuple[object, float]:

@@ -518,6 +518,12 @@ class Network:
     family: str
     divergence: float | None
 
+    @property
+    def layout(self) -> driver.Layout | None:
+        """How the "eager" step loop holds the state within a chunk: node states apart (:data:`NODES_APART`)
+        for the "loop" lift, the only one that takes them so; as it is for any other."""
+        return NODES_APART if self.backend == "loop" else None
+
 
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """``failures(up [N], step [], key, tuned) -> (up, alive)``: random outages evolve, then the schedule applies.
@@ -852,7 +858,7 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
 
     return driver.System(network.init, network.step, evaluate_, losses=lambda infos: infos.loss,
                          summarize=summarize_info,
-                         step_loop=network.step_loop, postfix=progress_postfix, layout=NODES_APART)
+                         step_loop=network.step_loop, postfix=progress_postfix, layout=network.layout)
 
 
 class ProgramDefault:

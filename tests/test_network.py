@@ -174,6 +174,20 @@ def test_eager_per_node_loop_trains_like_one_program_and_compiles_one_node(tiny_
     assert int(eager["state"].inbox.counters.consumed.sum()) > 0
 
 
+def test_a_vmapped_step_run_eagerly_keeps_its_nodes_stacked(tiny_dataset):
+    # Both fixed by the caller, vmap with the eager step loop runs op by op on stacked nodes (only the "loop" lift
+    # takes them apart): the same run as one jitted step.
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=5, num_steps=4, eval_every=2,
+                                   content="true_labels")
+    run = lambda step_loop: network.train_network(config.replace(backend="vmap", step_loop=step_loop), MODEL,  # noqa: E731
+                                                  tiny_dataset, progress=False)
+    eager, jitted = run("eager"), run("dispatch")
+    assert eager["network"].layout is None and network.make_network(
+        config.replace(backend="loop", step_loop="eager"), MODEL, image_shape=(8, 8, 1), num_classes=4
+    ).layout is network.NODES_APART
+    chex.assert_trees_all_close(eager["state"].nodes, jitted["state"].nodes, rtol=1e-5, atol=1e-6)
+
+
 def test_several_eval_splits_are_each_split_evaluated_alone(tiny_dataset):
     # One prediction pass over test + validation gives each split's metrics exactly as evaluating it alone.
     dataset = tiny_dataset._replace(validation=tiny_dataset.train._replace(images=tiny_dataset.train.images[:37],
