@@ -552,6 +552,11 @@ def augmentation(num_nodes: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
     return lambda key, images: jax.vmap(flip_and_crop)(jax.random.split(key, num_nodes), images)
 
 
+def gossip_due(step, every: int):
+    """Whether the gossip averaging runs after step ``step`` (0-based; a traced or a host integer)."""
+    return (step + 1) % every == 0
+
+
 def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState], population.NodeState]:
     """``mix(step [], live_adj [N, N], nodes) -> nodes``: every ``every`` steps, each node's parameters and
     model state become the average of its own and its in-neighbours' (:func:`jaxcomm.topology.mixing_matrix`)."""
@@ -559,7 +564,7 @@ def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState],
     def mix(step: jax.Array, live_adj: jax.Array, nodes: population.NodeState) -> population.NodeState:
         # A cond, not a select: the averaging runs only on the steps it is due.
         params, model_state = jax.lax.cond(
-            (step + 1) % every == 0,
+            gossip_due(step, every),
             lambda tree: topology.mix(topology.mixing_matrix(live_adj), tree), lambda tree: tree,
             (nodes.params, nodes.model_state))
         return nodes._replace(params=params, model_state=model_state)
@@ -698,7 +703,7 @@ def make_network(
             live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
             if not isinstance(nodes, population.Unstacked):
                 nodes = mix(state.step, live, nodes)
-            elif (int(state.step) + 1) % config.gossip_every == 0:  # eager: regrouped only when the mix is due
+            elif gossip_due(int(state.step), config.gossip_every):  # eager: regrouped only when the mix is due
                 nodes = population.unstack(mix(state.step, live, population.restack(nodes)))
         adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
         if not config.rebroadcast:

@@ -178,9 +178,11 @@ def _stacked(trees: tuple) -> PyTree:
     return stack(trees)
 
 
-@jax.jit
-def _node_of(tree: PyTree, i: jax.Array) -> PyTree:  # node i's slice, one compiled call whatever i
+def _node_at(tree: PyTree, i: jax.Array) -> PyTree:  # node i's slice, i traced: one program whatever i
     return jax.tree_util.tree_map(lambda leaf: jax.lax.dynamic_index_in_dim(leaf, i, keepdims=False), tree)
+
+
+_node_of = jax.jit(_node_at)
 
 
 class Unstacked(NamedTuple):
@@ -230,9 +232,7 @@ def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
     # cost more dispatches than the step. Under an outer jit the calls inline: "loop" becomes "unrolled".
     @functools.partial(jax.jit, static_argnums=0)
     def one(axes: tuple[int | None, ...], i: jax.Array, *args):
-        take = lambda leaf: jax.lax.dynamic_index_in_dim(leaf, i, keepdims=False)  # noqa: E731
-        return fn(*(jax.tree_util.tree_map(take, arg) if axis == 0 else arg
-                    for arg, axis in zip(args, axes, strict=True)))
+        return fn(*(_node_at(arg, i) if axis == 0 else arg for arg, axis in zip(args, axes, strict=True)))
 
     def looped(*args):
         axes = _normalise_axes(in_axes, len(args))
