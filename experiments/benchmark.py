@@ -34,11 +34,21 @@ another summary, as ``--merge-sweeps`` does for the sweeps.
 
     python experiments/benchmark.py --scale --no-sweeps --only student_scale cnn_scale
 
+On a GPU (``--suite gpu``): student MLPs of 64 and 1,024 nodes, teachers of 8 and 32, CNNs of 10, 20 and 256
+(both step loops), the scale suite in the device's memory, and four sweeps: R x N = 160 and 640 student nodes
+(16 and 64 networks of 10), 50 and 200 CNN nodes (5 and 20 networks of 10). Each row's process times out after
+300 s. Two runs of under 10 minutes each, the second's sweeps merged into the first:
+
+    python experiments/benchmark.py --suite gpu --no-sweeps --write-choices --out runs/benchmark/gpu
+    python experiments/benchmark.py --suite gpu --only student_r16_n10 student_r64_n10 cnn_r5_n10 cnn_r20_n10 \
+        --out runs/benchmark/gpu-sweeps
+    python experiments/benchmark.py --merge-sweeps runs/benchmark/gpu-sweeps runs/benchmark/gpu
+
 Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
 for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
 Timings use real MNIST digits (the shipped sample) for the MLPs; the CNN rows
 use random uint8 32x32x3 images, since speed does not depend on pixel values.
-Writes runs/benchmark/<quick|full>-<time>/summary.json (or --out DIR), table.md and, with --write-choices, the
+Writes runs/benchmark/<suite>-<time>/summary.json (or --out DIR), table.md and, with --write-choices, the
 measured-best table that ``backend="auto"`` reads (jaxcomm/assets/backends.json).
 """
 
@@ -77,9 +87,21 @@ class Row:
         return f"{self.workload}_n{self.num_nodes}" + ("" if self.batch_size == 32 else f"_b{self.batch_size}")
 
 
-def rows(quick: bool) -> list[Row]:
-    if quick:
+SUITES = ("full", "quick", "gpu")
+"""``full``: the CPU table (~65 min on 2 cores); ``quick``: N <= 8, a minute; ``gpu``: an accelerator's table, its
+four sweeps and its scale suite, meant as two runs of under 10 minutes each on one GPU (module docstring)."""
+
+
+def rows(suite: str) -> list[Row]:
+    if suite == "quick":
         return [Row("student", 8), Row("teacher", 1), Row("cnn", 4, step_loops=("dispatch",))]
+    if suite == "gpu":
+        # At N = 1,024, lax.map (nodes one after another) and unrolled (minutes to compile) are left out.
+        # Convolutions in a scan body are not slow on a GPU as on CPU: both step loops are measured.
+        cnn = ("vmap", "unrolled", "sharded")
+        return [Row("student", 64), Row("student", 1024, backends=("vmap", "sharded")),
+                Row("teacher", 8), Row("teacher", 32), Row("cnn", 10, backends=cnn), Row("cnn", 20, backends=cnn),
+                Row("cnn", 256, backends=("vmap",), baseline=False)]
     out = [Row("student", n) for n in (1, 8, 64, 256)]
     # N = 1024: 1,024 unrolled copies would take minutes to compile.
     out.append(Row("student", 1024, backends=("vmap", "map", "sharded")))
@@ -110,10 +132,13 @@ class SweepRow:
         return f"{self.workload}_r{self.runs}_n{self.num_nodes}"
 
 
-def sweep_rows(quick: bool) -> list[SweepRow]:
-    if quick:
+def sweep_rows(suite: str) -> list[SweepRow]:
+    if suite == "quick":
         return [SweepRow("student", 4, 4, 100, 50)]
-    return [SweepRow("student", 16, 10, 1000, 250), SweepRow("cnn", 5, 10, 300, 100)]
+    cpu = [SweepRow("student", 16, 10, 1000, 250), SweepRow("cnn", 5, 10, 300, 100)]
+    if suite == "gpu":  # R x N = 160 and 640 student nodes, 50 and 200 CNN nodes
+        return cpu + [SweepRow("student", 64, 10, 1000, 250), SweepRow("cnn", 20, 10, 300, 100)]
+    return cpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,12 +156,28 @@ class ScaleRow:
         return f"{self.workload}_scale"
 
 
-def scale_rows(quick: bool) -> list[ScaleRow]:
-    if quick:
+def scale_rows(suite: str) -> list[ScaleRow]:
+    if suite == "quick":
         return [ScaleRow("student", (8, 32), 2, 1)]
     # A few steps suffice: buffers are reused from the first step and the first evaluation on. The run must
     # evaluate, since the evaluation's activations (every node on 1,000 test images) are part of the peak.
     return [ScaleRow("student", (256, 1024, 4096), 4, 2), ScaleRow("cnn", (8, 32, 128), 4, 2)]
+
+
+def selection(suite: str, only: list[str] | None = None, *, sweeps: bool = True,
+              scale: bool = False) -> tuple[list[Row], list[SweepRow], list[ScaleRow]]:
+    """The rows, sweeps and scale rows a run measures: the suite's (its scale rows with ``scale``, always in the gpu
+    suite), or the rows named in ``only``, looked up in every suite (the chosen suite's definition wins a name
+    that suites share)."""
+    if not only:
+        return rows(suite), sweep_rows(suite) if sweeps else [], scale_rows(suite) if scale or suite == "gpu" else []
+    known = {r.name: r for name in (*SUITES, suite) for r in rows(name) + sweep_rows(name) + scale_rows(name)}
+    unknown = sorted(set(only) - set(known))
+    if unknown:
+        raise KeyError(f"unknown rows {unknown}; rows are: {', '.join(known)}")
+    named = [known[name] for name in only]
+    return ([r for r in named if isinstance(r, Row)], [r for r in named if isinstance(r, SweepRow)],
+            [r for r in named if isinstance(r, ScaleRow)])
 
 
 def model_and_data(workload: str):
@@ -198,8 +239,9 @@ def measure_row(row: Row) -> dict:
                                  broadcast_prob=0.25)
     make = lambda config: network.make_network(config, model, image_shape=dataset.train.images.shape[1:],
                                                num_classes=10)
-    # A chunk of roughly 0.1-0.5 s, so timing overhead stays small.
-    chunk = {"student": 50, "teacher": 2, "cnn": 1}[row.workload]
+    # A chunk of roughly 0.1-0.5 s, so timing overhead stays small (an accelerator's steps take milliseconds).
+    on_cpu = jax.default_backend() == "cpu"
+    chunk = {"student": 50, "teacher": 2, "cnn": 1}[row.workload] if on_cpu else 50
     # "eager" holds node states apart within a chunk and stacks them at its end, once per evaluation interval in
     # training (100s of steps): timed in chunks of EAGER_CHUNK steps, that cost is counted, not magnified.
     chunk_of = lambda step_loop: max(chunk, EAGER_CHUNK) if step_loop == "eager" else chunk  # noqa: E731
@@ -377,10 +419,12 @@ def _scale_child(row: ScaleRow, num_nodes: int, timeout: int, memory_gib: float)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_scale(selected: list[ScaleRow], timeout: int, memory_gib: float, *, confirm: bool = False) -> dict:
+def run_scale(selected: list[ScaleRow], timeout: int, memory_gib: float, *, confirm: bool = False,
+              results: dict | None = None) -> dict:
     """Each scale row: every size in its own interpreter, the line through their peaks, the largest N predicted
-    to fit in the budget and, with ``confirm``, a run at 90 % of it (opt-in: it can take most of the memory)."""
-    results = {}
+    to fit in the budget and, with ``confirm``, a run at 90 % of it (opt-in: it can take most of the memory); into
+    ``results`` as each row ends."""
+    results = {} if results is None else results
     for row in selected:
         results[row.name] = r = _scale_row(row, timeout, memory_gib, confirm)
         if "error" in r:
@@ -416,9 +460,10 @@ def _scale_row(row: ScaleRow, timeout: int, memory_gib: float, confirm: bool) ->
             "predicted_max_nodes": predicted, "confirmed": confirmed}
 
 
-def run_sweeps(selected: list[SweepRow], timeout: int) -> dict:
-    """Each arm of each sweep row in its own interpreter (nothing compiled is shared between arms)."""
-    results = {}
+def run_sweeps(selected: list[SweepRow], timeout: int, results: dict | None = None) -> dict:
+    """Each arm of each sweep row in its own interpreter (nothing compiled is shared between arms); into
+    ``results`` as each row ends."""
+    results = {} if results is None else results
     for row in selected:
         arms = {}
         for arm in ("one_by_one", "sweep"):
@@ -502,9 +547,9 @@ def _child(args: list[str], timeout: int) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout} s")
 
 
-def run_rows(selected: list[Row], timeout: int) -> dict:
-    """Each row in its own interpreter, so that its peak memory is its own."""
-    results = {}
+def run_rows(selected: list[Row], timeout: int, results: dict | None = None) -> dict:
+    """Each row in its own interpreter, so that its peak memory is its own; into ``results`` as each ends."""
+    results = {} if results is None else results
     for row in selected:
         start = time.perf_counter()
         proc = _child(["--measure", json.dumps(dataclasses.asdict(row))], timeout)
@@ -527,6 +572,8 @@ def format_table(summary: dict) -> str:
         f"Machine: {summary['device']}; float32 matmul {peak:.1f} GFLOP/s (2048^2, best of 5).",
         f"Command: `{summary['command']}`; wall time {summary['wall_seconds']:.0f} s.",
     ]
+    if summary.get("interrupted"):
+        lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
     if summary["rows"]:
         lines += _rows_table(summary["rows"])
     sweeps = summary.get("sweeps") or {}
@@ -673,22 +720,26 @@ def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="three small rows (smoke test)")
+    parser.add_argument("--suite", default="full", choices=SUITES,
+                        help="full (the CPU table, default), quick (N <= 8, a smoke test) or gpu (an accelerator's "
+                             "rows, sweeps and scale suite)")
+    parser.add_argument("--quick", action="store_true", help="the same as --suite quick")
     parser.add_argument("--only", nargs="+", default=None, help="row names to run, e.g. student_n64 cnn_n10")
     parser.add_argument("--out", default=None,
-                        help="results folder (default a fresh runs/benchmark/<quick|full>-<YYYYmmdd-HHMMSS>)")
+                        help="results folder (default a fresh runs/benchmark/<suite>-<YYYYmmdd-HHMMSS>)")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="folder holding the datasets (sets $JAXCOMM_DATA_DIR; the rows use the shipped sample)")
     parser.add_argument("--write-choices", action="store_true",
                         help="also write the measured-best backends to jaxcomm/assets/backends.json")
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds per row")
+    parser.add_argument("--timeout", type=int, default=None,
+                        help="seconds per row (default 1800; 300 for the gpu suite)")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the sweep rows")
     parser.add_argument("--merge-sweeps", nargs=2, metavar=("SWEEPS_DIR", "INTO_DIR"), default=None,
                         help="copy the sweeps of the run in SWEEPS_DIR into the summary in INTO_DIR (named as "
                              "measured apart) and redraw its table; nothing runs")
     parser.add_argument("--scale", action="store_true",
-                        help="also run the scale suite (largest population in the memory budget); with --only, "
-                             "name its rows instead (student_scale, cnn_scale)")
+                        help="also run the scale suite (largest population in the memory budget; the gpu suite "
+                             "always does); with --only, name its rows instead (student_scale, cnn_scale)")
     parser.add_argument("--memory-gib", type=float, default=24.0,
                         help="the scale suite's memory budget on CPU, GiB (on an accelerator: the device's limit)")
     parser.add_argument("--scale-confirm", action="store_true",
@@ -722,27 +773,28 @@ def main(argv=None) -> int:
 
     if args.data_dir is not None:
         os.environ["JAXCOMM_DATA_DIR"] = str(pathlib.Path(args.data_dir).expanduser().absolute())
-    preset = "quick" if args.quick else "full"
+    preset = "quick" if args.quick else args.suite
     args.out = args.out or str(harness_cli.default_out_dir("benchmark", preset))
+    timeout = args.timeout or (300 if preset == "gpu" else 1800)
 
-    selected, sweeps = rows(args.quick), ([] if args.no_sweeps else sweep_rows(args.quick))
-    scale = scale_rows(args.quick) if args.scale else []
-    if args.only:
-        # quick and full scale rows share their names: the preset's comes last and wins
-        known = {r.name: r for r in rows(False) + rows(True) + sweep_rows(False) + sweep_rows(True)
-                 + scale_rows(not args.quick) + scale_rows(args.quick)}
-        unknown = sorted(set(args.only) - set(known))
-        if unknown:
-            parser.error(f"unknown rows {unknown}; rows are: {', '.join(known)}")
-        selected = [known[name] for name in args.only if isinstance(known[name], Row)]
-        sweeps = [known[name] for name in args.only if isinstance(known[name], SweepRow)]
-        scale = [known[name] for name in args.only if isinstance(known[name], ScaleRow)]
+    try:
+        selected, sweeps, scale = selection(preset, args.only, sweeps=not args.no_sweeps, scale=args.scale)
+    except KeyError as error:
+        parser.error(error.args[0])
     start = time.perf_counter()
     peak = matmul_gflops()
     print(f"float32 matmul: {peak:.1f} GFLOP/s", flush=True)
-    results = run_rows(selected, args.timeout)
-    sweep_results = run_sweeps(sweeps, args.timeout)
-    scale_results = run_scale(scale, args.timeout, args.memory_gib, confirm=args.scale_confirm)
+    results, sweep_results, scale_results, signals = {}, {}, {}, []
+    # Ctrl-C or SIGTERM (a time limit): the rows measured so far are written, the others listed as not run.
+    with harness_cli.interrupts(signals):
+        try:
+            run_rows(selected, timeout, results)
+            run_sweeps(sweeps, timeout, sweep_results)
+            run_scale(scale, timeout, args.memory_gib, confirm=args.scale_confirm, results=scale_results)
+        except KeyboardInterrupt:
+            print("interrupted: writing the rows measured so far", file=sys.stderr, flush=True)
+    not_run = [r.name for r in selected if r.name not in results] + [
+        r.name for r in sweeps if r.name not in sweep_results] + [r.name for r in scale if r.name not in scale_results]
     for r in results.values():
         if "error" not in r and r.get("flops_per_node_step"):
             r["fraction_of_matmul_peak"] = r["flops_per_node_step"] * r["best_node_steps_per_s"] / (peak * 1e9)
@@ -750,7 +802,8 @@ def main(argv=None) -> int:
             r["fraction_of_matmul_peak"] = None
     path = harness_results.write_summary(args.out, experiment="benchmark", preset=preset,
                                     rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak,
-                                    sweeps=sweep_results, **({"scale": scale_results} if scale_results else {}))
+                                    sweeps=sweep_results, **({"scale": scale_results} if scale_results else {}),
+                                    **({"interrupted": True, "not_run": not_run} if signals else {}))
     summary = json.loads(path.read_text())
     write_report(args.out)
     print(format_table(summary))
@@ -759,8 +812,10 @@ def main(argv=None) -> int:
     failed = [name for name, r in {**results, **sweep_results, **scale_results}.items() if "error" in r]
     if failed:
         print(f"FAILED rows: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    if signals:
+        print(f"INTERRUPTED; not run: {', '.join(not_run) or 'none'}", file=sys.stderr)
+        return 130
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -498,6 +498,9 @@ def table_markdown(summary: dict) -> str:
                      f"{_acc(row, 'avg_accuracy')} | {coll} | {gain:+.1f} |"
                      + (f" {_acc(row, 'validation_avg_accuracy')} | {_acc(row, 'validation_collective_accuracy')} |"
                         if validated else ""))
+    for extra in summary.get("extra_runs", []):
+        if extra.get("rows"):
+            lines += ["", f"Rows {', '.join(extra['rows'])} come from {_another_run(extra)}."]
     horizon = config["num_steps"]
     lines += ["", f"## Table 2.2: steps to the target (thesis: 85%; here {config['target']}%, "
               f"evaluated every {config['eval_every']} steps, '> {horizon:,}' = not reached"
@@ -534,9 +537,8 @@ def table_markdown(summary: dict) -> str:
                          + (f" {_num(s.get('validation_avg_accuracy'))} / "
                             f"{_num(s.get('validation_collective_accuracy'))} |" if validated else ""))
         for extra in summary.get("extra_runs", []):
-            lines += ["", f"Points {', '.join(extra['points'])} come from another run with the same settings "
-                      f"(`{extra['out_dir']}/`): `{extra['command']}` ({extra['wall_seconds']:.0f} s, "
-                      f"commit `{extra['git_commit']}`)."]
+            if extra["points"]:
+                lines += ["", f"Points {', '.join(extra['points'])} come from {_another_run(extra)}."]
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += study_paired_markdown(studies)
@@ -636,6 +638,13 @@ def seeds_of(runs: list[dict]) -> str | None:
     return ", ".join(str(s) for s in sorted(seeds)[0]) if len(seeds) == 1 else None
 
 
+def _another_run(extra: dict) -> str:
+    """Where merged rows or points come from (an entry of ``extra_runs``)."""
+    device = f", on {extra['device']}" if extra.get("rows") and extra.get("device") else ""
+    return (f"another run with the same settings (`{extra['out_dir']}/`): `{extra['command']}` "
+            f"({extra['wall_seconds']:.0f} s, commit `{extra['git_commit']}`{device})")
+
+
 def reruns_markdown(summary: dict) -> list[str]:
     """The rows of subfolder runs with the same settings (the table run again, e.g. to time it alone), beside this
     run's: what the same command gives twice."""
@@ -719,21 +728,28 @@ subfolder run from before them does not merge into a run that has them."""
 
 
 def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
-    """The run in ``out_dir`` plus the study points of runs in its subfolders (points a time budget
-    skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped list.
-    Subfolder runs that train otherwise (a field outside :data:`SELECTION` differs) are not merged but
-    listed as ``other_runs``, whose rows the table sets beside this run's."""
+    """The run in ``out_dir`` plus what runs in its subfolders with the same settings add: study points (points a
+    time budget skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped
+    list, and rows this run did not train when it trained some (a table split over runs, e.g. ``rows=...`` in
+    calls of a lent GPU's 10 minutes, the others run with ``--out DIR/more rows=...``). A subfolder run that
+    trains a row this run has, or rows beside a run of studies only, is a rerun, set beside, never merged; one
+    that trains otherwise (a field outside :data:`SELECTION` differs) is listed as ``other_runs``, whose rows the
+    table sets beside this run's."""
     summary, curves = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"], summary["reruns"] = [], [], []
-    for extra, _ in results.read_runs_below(out_dir, experiment=EXPERIMENT):
+    for extra, extra_curves in results.read_runs_below(out_dir, experiment=EXPERIMENT):
         extra["config"] = {**LEGACY_SETTINGS, **extra["config"]}
         if not results.same_settings(summary["config"], extra["config"], selection=SELECTION):
             summary["other_runs"].append(extra)
             continue
-        if extra["rows"]:  # the rows run again with the same settings: set beside this run's, never merged
+        new_rows = [name for name in extra["rows"] if name not in summary["rows"]] if summary["rows"] else []
+        if len(new_rows) < len(extra["rows"]):  # the rows run again with the same settings: set beside
             summary["reruns"].append(extra)
+            new_rows = []
+        summary["rows"].update({name: extra["rows"][name] for name in new_rows})
+        curves += [c for c in extra_curves if c.get("kind") == "row" and c.get("run") in new_rows]
         points = [(s["study"], s["label"]) for s in extra["studies"]]
-        if not points:
+        if not points and not new_rows:
             continue
         # a merged point replaces this run's of the same label; the sort below puts it after its study's others
         summary["studies"] = [s for s in summary["studies"] if (s["study"], s["label"]) not in points] + list(
@@ -743,7 +759,9 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
         summary["extra_runs"].append({"out_dir": pathlib.Path(extra["out_dir"]).name, "command": extra["command"],
                                       "wall_seconds": extra["wall_seconds"],
                                       "git_commit": extra["git_commit"], "device": extra.get("device"),
-                                      "points": [f"{study} {label}" for study, label in points]})
+                                      "points": [f"{study} {label}" for study, label in points],
+                                      "rows": new_rows})
+    summary["rows"] = {name: summary["rows"][name] for name in ROWS if name in summary["rows"]}
     if summary["extra_runs"]:  # the preset's order of studies, whatever order the folders were read in (stable)
         order = OutputsExchangeConfig().studies
         summary["studies"].sort(key=lambda s: order.index(s["study"]) if s["study"] in order else len(order))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -129,3 +131,55 @@ def test_a_row_measures_the_engines_per_node_loop_and_tables_it(monkeypatch):
     table = benchmark.format_table(_summary(rows={"student_n2": result}))
     assert "| row | loop | eager | vmap |" in table
     assert f"| student_n2 | {result['loop_node_steps_per_s']:.1f} | {result['eager_node_steps_per_s']:.1f} | " in table
+
+
+def test_the_gpu_suite_measures_sweeps_of_160_and_640_student_nodes_and_50_and_200_cnn_nodes():
+    sweeps = {(r.workload, r.runs * r.num_nodes) for r in benchmark.sweep_rows("gpu")}
+    assert sweeps == {("student", 160), ("student", 640), ("cnn", 50), ("cnn", 200)}
+    # the CPU table's sweeps are the issue's 16 student networks and 5 CNN networks of 10 nodes
+    assert {r.name for r in benchmark.sweep_rows("full")} == {"student_r16_n10", "cnn_r5_n10"}
+    gpu_rows = {r.name: r for r in benchmark.rows("gpu")}
+    assert {"student_n1024", "teacher_n32", "cnn_n20", "cnn_n256"} <= set(gpu_rows)
+    assert gpu_rows["cnn_n20"].step_loops == ("scan", "dispatch")  # only CPU convolutions avoid the scan body
+
+
+def test_a_run_selects_its_suites_rows_or_the_named_ones():
+    rows, sweeps, scale = benchmark.selection("gpu")
+    assert [r.name for r in scale] == ["student_scale", "cnn_scale"]  # the gpu suite measures scale unasked
+    assert benchmark.selection("full")[2] == [] and benchmark.selection("full", scale=True)[2]
+    assert benchmark.selection("gpu", sweeps=False)[1] == []
+    # a name the suites share takes the chosen suite's definition: cnn_n10 is dispatched only on CPU
+    assert benchmark.selection("gpu", ["cnn_n10"])[0][0].step_loops == ("scan", "dispatch")
+    assert benchmark.selection("full", ["cnn_n10"])[0][0].step_loops == ("dispatch",)
+    named = benchmark.selection("quick", ["cnn_r20_n10", "student_scale"])  # found in another suite
+    assert named[0] == [] and [r.runs for r in named[1]] == [20] and named[2][0].sizes == (8, 32)
+    with pytest.raises(KeyError, match="unknown rows"):
+        benchmark.selection("full", ["cnn_n7"])
+
+
+def test_the_gpu_suite_names_its_own_rows_and_fails_loudly(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--suite", "gpu", "--only",
+                           "cnn_r20_n10", "--timeout", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED rows: cnn_r20_n10" in proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["preset"] == "gpu" and "error" in summary["sweeps"]["cnn_r20_n10"]
+
+
+def test_an_interrupted_benchmark_writes_what_it_measured_and_lists_the_rest(tmp_path):
+    """SIGTERM (a time limit) while a row's process runs: the summary and table are written, the rows not measured
+    listed, the exit status 130."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--quick", "--only",
+                             "student_n8", "student_r4_n4", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert "float32 matmul" in proc.stdout.readline()  # the rows start after the matmul rate
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "INTERRUPTED; not run: student_n8, student_r4_n4" in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] and summary["not_run"] == ["student_n8", "student_r4_n4"]
+    assert summary["rows"] == {} and summary["sweeps"] == {}
+    assert "**Interrupted** before it ended; not run: student_n8, student_r4_n4." in (tmp_path / "table.md").read_text()

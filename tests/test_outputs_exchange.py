@@ -186,13 +186,41 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     # merged points sit in their study, the studies in the preset's order (a new study is not appended last)
     assert [s["label"] for s in summary["studies"]] == ["N=1", "N=10", "N=50", "tau=4", "p_c=0.5"]
     assert summary["skipped_studies"] == ["frequency p_b=2x (estimated 66 s, over the time budget)"]
-    assert [e["points"] for e in summary["extra_runs"]] == [["nodes N=50", "temperature tau=4"]]
+    assert [(e["points"], e["rows"]) for e in summary["extra_runs"]] == [(["nodes N=50", "temperature tau=4"], [])]
     assert [pathlib.Path(o["out_dir"]).name for o in summary["other_runs"]] == ["augmented"]
     assert [pathlib.Path(r["out_dir"]).name for r in summary["reruns"]] == ["timing"]
     summary["rows"] = {"1_node_no_sharing": {"avg_accuracy": 59.94, "collective_accuracy": 66.2, "seeds": [0, 1, 2]}}
     lines = oe.reruns_markdown(summary)
     assert lines[1] == "## The same settings run again (`timing/`)" and "seeds 0, 1, 2, as this run's" in lines[3]
     assert lines[-1] == "| 1_node_no_sharing | 59.9 / 60.0 | 66.2 / 66.0 | - / - | - / - |"
+
+
+def test_report_merges_the_rows_a_run_split_over_calls_did_not_train(tmp_path):
+    """A table run as two calls (``rows=`` the first three, then ``--out DIR/more rows=`` the others): one table, its
+    rows in the thesis' order, their curves drawn, the other call named under Table 2.1; a row trained in both is a
+    rerun, set beside."""
+    def write(folder, rows, **config):
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {"augment": False, "num_steps": 5000, "rows": list(rows)} | config
+        (folder / "summary.json").write_text(json.dumps({
+            "command": f"c {folder.name}", "wall_seconds": 2.0, "git_commit": "g", "device": "1 x H100",
+            "config": config, "studies": [], "rows": {name: {"avg_accuracy": 1.0} for name in rows}}))
+        (folder / "curves.jsonl").write_text("".join(json.dumps({"kind": "row", "run": name}) + "\n" for name in rows))
+
+    first, second = ["1_node_no_sharing", "10_nodes_logits"], ["20_nodes_true_labels", "10_nodes_no_sharing"]
+    write(tmp_path, first)
+    write(tmp_path / "more", second)
+    write(tmp_path / "again", ["10_nodes_logits"])
+    summary, curves = oe.merge_runs(tmp_path)
+    assert list(summary["rows"]) == ["1_node_no_sharing", "10_nodes_no_sharing", "10_nodes_logits",
+                                     "20_nodes_true_labels"]
+    assert sorted(c["run"] for c in curves) == sorted(first + second)
+    assert [(e["out_dir"], e["rows"]) for e in summary["extra_runs"]] == [("more", second)]
+    assert [pathlib.Path(r["out_dir"]).name for r in summary["reruns"]] == ["again"]
+    line = ("Rows 20_nodes_true_labels, 10_nodes_no_sharing come from another run with the same settings (`more/`): "
+            "`c more` (2 s, commit `g`, on 1 x H100).")
+    extra = summary["extra_runs"][0]
+    assert f"Rows {', '.join(extra['rows'])} come from {oe._another_run(extra)}." == line
 
 
 def test_other_runs_table_sets_each_runs_rows_beside_this_ones_and_averages_seeds():
