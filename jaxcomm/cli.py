@@ -33,9 +33,7 @@ def _demo(args: argparse.Namespace) -> int:
           f"{result['dataset']}: {result['train_size']} training digits split over the nodes, "
           f"accuracy (%) on {result['test_size']} test digits.\n")
     print(demo.format_table(result))
-    last = config.seed + config.num_seeds - 1
-    seeds = f"seeds {config.seed}..{last}" if config.num_seeds > 1 else f"seed {config.seed}"
-    print(f"\nmean ± sd over {seeds}; wall time {time.perf_counter() - start:.0f} s")
+    print(f"\nmean ± sd over {demo.seeds_text(config)}; wall time {time.perf_counter() - start:.0f} s")
     return 0
 
 
