@@ -195,9 +195,9 @@ def system(dp: DataParallel, split) -> driver.System:
 
 def evaluated_system(built, split, models_of: Callable) -> driver.System:
     """A baseline on the network's shards (sync SGD, local SGD, codistillation) as a :class:`jaxcomm.driver.System`:
-    ``built`` has ``init``, ``step``, ``predict`` and ``step_loop``; ``models_of(state)`` are the models evaluated
-    on ``split`` (a population: one shared model, or every node's; :func:`jaxcomm.network.evaluate`); its infos
-    have ``loss [N]`` and ``indices``."""
+    ``built`` has ``init``, ``step``, ``predict``, ``step_loop`` and may have a ``layout``
+    (:class:`jaxcomm.driver.Layout`); ``models_of(state)`` are the models evaluated on ``split`` (a population: one
+    shared model, or every node's; :func:`jaxcomm.network.evaluate`); its infos have ``loss [N]`` and ``indices``."""
 
     def evaluate(state, infos, steps_done: int) -> dict:
         probs = network.predict_in_batches(built, models_of(state), split.images)
@@ -205,7 +205,7 @@ def evaluated_system(built, split, models_of: Callable) -> driver.System:
 
     return driver.System(built.init, built.step, evaluate, losses=lambda infos: infos.loss,
                          summarize=network.summarize_info, step_loop=built.step_loop,
-                         postfix=network.progress_postfix)
+                         postfix=network.progress_postfix, layout=getattr(built, "layout", None))
 
 
 def train_data_parallel(

@@ -71,6 +71,8 @@ class LocalSGD:
       sync_every: H.
       num_params: P.
       backend, step_loop: the resolved choices.
+      layout: how the "eager" step loop holds the state within a chunk: under the "loop" lift, node states apart
+        (:data:`jaxcomm.network.NODES_APART`), regrouped at each round's end only; else None.
     """
 
     config: network.NetworkConfig
@@ -81,6 +83,7 @@ class LocalSGD:
     num_params: int
     backend: str
     step_loop: str
+    layout: driver.Layout | None = None
 
     def bytes_per_node_step(self) -> float:
         """One ring all-reduce of the float32 parameters every H steps: ``2 (N-1)/N x 4 P / H``."""
@@ -148,23 +151,37 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
         if augment is not None:
             images = augment(k_augment, images)
         targets = jax.nn.one_hot(data.labels[indices], num_classes)
-        nodes, (loss, _) = train_nodes(state.nodes, images, targets, jax.random.split(k_nodes, n))
+        nodes, (loss, _) = population.state_and_aux(train_nodes(state.nodes, images, targets,
+                                                                jax.random.split(k_nodes, n)))
         synced = (state.step + 1) % sync_every == 0
-        glob = population.node(state.global_model, 0)
+        if isinstance(nodes, population.Unstacked):  # eager, node states apart: regrouped only at a round's end
+            global_model = state.global_model
+            if bool(synced):
+                stacked, global_model = sync(population.restack(nodes), state.global_model)
+                nodes = population.unstack(stacked)
+        else:
+            new_nodes, new_global = sync(nodes, state.global_model)
+            nodes, global_model = jax.tree_util.tree_map(lambda new, old: jnp.where(synced, new, old),
+                                                         (new_nodes, new_global), (nodes, state.global_model))
+        return LocalSGDState(nodes, global_model, state.step + 1, key), LocalSGDInfo(loss, indices, synced)
+
+    @jax.jit  # one program whether called in a jitted step or eagerly at a round's end
+    def sync(nodes: population.NodeState, global_model: population.NodeState):
+        """A round's end: the outer step from the nodes' mean; every node restarts from the new global model
+        (``[N, ...]`` nodes, ``[1, ...]`` global model)."""
+        glob = population.node(global_model, 0)
         # the outer gradient: how far the nodes moved from the global model, on average
         delta = jax.tree_util.tree_map(lambda g, p: g - p, glob.params, mean_over_nodes(nodes.params))
         updates, outer_state = outer.update(delta, glob.opt_state, glob.params)
-        new_global = population.NodeState(optax.apply_updates(glob.params, updates),
-                                           mean_over_nodes(nodes.model_state), outer_state)
-        glob = jax.tree_util.tree_map(lambda new, old: jnp.where(synced, new, old), new_global, glob)
+        glob = population.NodeState(optax.apply_updates(glob.params, updates), mean_over_nodes(nodes.model_state),
+                                    outer_state)
         restart = population.NodeState(population.stack([glob.params] * n), population.stack([glob.model_state] * n),
                                        nodes.opt_state)  # inner optimiser states stay with their nodes
-        nodes = jax.tree_util.tree_map(lambda new, old: jnp.where(synced, new, old), restart, nodes)
-        return (LocalSGDState(nodes, population.stack([glob]), state.step + 1, key),
-                LocalSGDInfo(loss, indices, synced))
+        return restart, population.stack([glob])
 
     predict = jax.jit(population.lift(network.classifier_predict(model), backend="loop", in_axes=(0, None)))
-    return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop)
+    return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop,
+                    network.NODES_APART if backend == "loop" else None)
 
 
 def system(ls: LocalSGD, split) -> driver.System:

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcomm import bandwidth, data_parallel, local_sgd, network
+from jaxcomm import bandwidth, data_parallel, local_sgd, network, population
 from jaxcomm.models import MLP
 
 MODEL = MLP(hidden=(12,), num_classes=4)
@@ -65,13 +65,20 @@ def test_diloco_trains_under_the_driver(tiny_dataset):
     assert out["final"]["avg_accuracy"] > 40  # 4 learnable classes
 
 
-def test_the_eager_per_node_loop_trains_as_one_program(tiny_dataset):
-    # backend "loop" with the "eager" step loop (auto's pick for conv nodes past 64 on CPU) against vmap in one
-    # jitted step: the same rounds.
+def test_the_eager_per_node_loop_trains_as_one_program(tiny_dataset, monkeypatch):
+    # backend "loop" with the "eager" step loop (auto's pick for conv nodes on CPU) against vmap in one jitted
+    # step: the same rounds. The eager loop holds node states apart within a chunk and regroups them only at a
+    # round's end: apart once per chunk of 4 steps, and again after the syncs of steps 3 and 6.
+    unstacks = []
+    unstack = population.unstack
+    monkeypatch.setattr(population, "unstack", lambda tree: unstacks.append(1) or unstack(tree))
     run = lambda backend, step_loop: local_sgd.train_local_sgd(  # noqa: E731
         config(num_steps=8, eval_every=4, backend=backend, step_loop=step_loop), MODEL, tiny_dataset,
         sync_every=3, progress=False)
-    eager, jitted = run("loop", "eager"), run("vmap", "dispatch")
+    jitted = run("vmap", "dispatch")
+    assert unstacks == []
+    eager = run("loop", "eager")
+    assert eager["system"].layout is network.NODES_APART and len(unstacks) == 2 + 2
     for a, b in zip(jax.tree.leaves(eager["state"]), jax.tree.leaves(jitted["state"]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert ([h["avg_accuracy"] for h in eager["history"]]
