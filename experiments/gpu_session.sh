@@ -28,7 +28,8 @@ case $stage in bench|sweeps|scale|table21a|table21b|recipe|table23) ;; *) echo "
 out=$(mkdir -p "${2:?OUT_DIR}" && cd "$2" && pwd)
 shift 2  # what is left: the experiment's overrides, e.g. a recipe chosen on validation for table21a/b
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+# The checkout's jaxcomm, installed or not (a lent machine has JAX, flax, optax and orbax, not this package).
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 # Timing every (backend, step loop) pair per network would spend minutes compiling (50 unrolled CNNs): the
 # experiments read the committed GPU ranking of backends.json, or the rule of thumb (vmap + scan) without one.
 [[ $stage = table* || $stage = recipe ]] && export JAXCOMM_AUTOTUNE=${JAXCOMM_AUTOTUNE:-0}
