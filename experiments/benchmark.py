@@ -37,12 +37,13 @@ another summary, as ``--merge-sweeps`` does for the sweeps.
 On a GPU (``--suite gpu``): student MLPs of 64 and 1,024 nodes, teachers of 8 and 32, CNNs of 10, 20 and 256
 (both step loops), the scale suite in the device's memory, and four sweeps: R x N = 160 and 640 student nodes
 (16 and 64 networks of 10), 50 and 200 CNN nodes (5 and 20 networks of 10). Each row's process times out after
-300 s. Two runs of under 10 minutes each, the second's sweeps merged into the first:
+300 s. In one command it may outlast a lent GPU's 10 minutes: ``experiments/gpu_session.sh`` runs it in three
+(its stages bench, sweeps and scale), merged afterwards:
 
-    python experiments/benchmark.py --suite gpu --no-sweeps --write-choices --out runs/benchmark/gpu
-    python experiments/benchmark.py --suite gpu --only student_r16_n10 student_r64_n10 cnn_r5_n10 cnn_r20_n10 \
-        --out runs/benchmark/gpu-sweeps
-    python experiments/benchmark.py --merge-sweeps runs/benchmark/gpu-sweeps runs/benchmark/gpu
+    python experiments/benchmark.py --merge-sweeps SWEEPS_DIR BENCH_DIR
+    python experiments/benchmark.py --merge-scale SCALE_DIR BENCH_DIR
+
+A run stopped by Ctrl-C or SIGTERM writes the rows it measured, lists the others as not run and exits 130.
 
 Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
 for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
@@ -89,7 +90,7 @@ class Row:
 
 SUITES = ("full", "quick", "gpu")
 """``full``: the CPU table (~65 min on 2 cores); ``quick``: N <= 8, a minute; ``gpu``: an accelerator's table, its
-four sweeps and its scale suite, meant as two runs of under 10 minutes each on one GPU (module docstring)."""
+four sweeps and its scale suite (module docstring)."""
 
 
 def rows(suite: str) -> list[Row]:
