@@ -181,7 +181,7 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
 
     predict = jax.jit(population.lift(network.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop,
-                    network.NODES_APART if backend == "loop" else None)
+                    network.layout_for(backend))
 
 
 def system(ls: LocalSGD, split) -> driver.System:

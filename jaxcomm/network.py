@@ -520,9 +520,8 @@ class Network:
 
     @property
     def layout(self) -> driver.Layout | None:
-        """How the "eager" step loop holds the state within a chunk: node states apart (:data:`NODES_APART`)
-        for the "loop" lift, the only one that takes them so; as it is for any other."""
-        return NODES_APART if self.backend == "loop" else None
+        """How the "eager" step loop holds the state within a chunk (:func:`layout_for`)."""
+        return layout_for(self.backend)
 
 
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
@@ -846,6 +845,12 @@ def summarize_info(info: StepInfo) -> StepInfo:
 # chunk: the "loop" lift then updates each node where it lies instead of slicing and stacking the population.
 NODES_APART = driver.Layout(lambda state: state._replace(nodes=population.unstack(state.nodes)),
                             lambda state: state._replace(nodes=population.restack(state.nodes)))
+
+
+def layout_for(backend: str) -> driver.Layout | None:
+    """The layout of a system whose state holds its nodes in ``nodes``: node states apart (:data:`NODES_APART`) for
+    the "loop" lift, the only one that takes them so; as it is (None) for any other."""
+    return NODES_APART if backend == "loop" else None
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:
