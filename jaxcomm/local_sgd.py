@@ -154,15 +154,7 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
         nodes, (loss, _) = population.state_and_aux(train_nodes(state.nodes, images, targets,
                                                                 jax.random.split(k_nodes, n)))
         synced = (state.step + 1) % sync_every == 0
-        if isinstance(nodes, population.Unstacked):  # eager, node states apart: regrouped only at a round's end
-            global_model = state.global_model
-            if bool(synced):
-                stacked, global_model = sync(population.restack(nodes), state.global_model)
-                nodes = population.unstack(stacked)
-        else:
-            new_nodes, new_global = sync(nodes, state.global_model)
-            nodes, global_model = jax.tree_util.tree_map(lambda new, old: jnp.where(synced, new, old),
-                                                         (new_nodes, new_global), (nodes, state.global_model))
+        nodes, global_model = population.when_due(synced, sync, nodes, state.global_model)
         return LocalSGDState(nodes, global_model, state.step + 1, key), LocalSGDInfo(loss, indices, synced)
 
     @jax.jit  # one program whether called in a jitted step or eagerly at a round's end

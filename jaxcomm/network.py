@@ -560,13 +560,12 @@ def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState],
     """``mix(step [], live_adj [N, N], nodes) -> nodes``: every ``every`` steps, each node's parameters and
     model state become the average of its own and its in-neighbours' (:func:`jaxcomm.topology.mixing_matrix`)."""
 
+    def average(nodes: population.NodeState, live_adj: jax.Array) -> tuple:
+        params, model_state = topology.mix(topology.mixing_matrix(live_adj), (nodes.params, nodes.model_state))
+        return nodes._replace(params=params, model_state=model_state), live_adj
+
     def mix(step: jax.Array, live_adj: jax.Array, nodes: population.NodeState) -> population.NodeState:
-        # A cond, not a select: the averaging runs only on the steps it is due.
-        params, model_state = jax.lax.cond(
-            gossip_due(step, every),
-            lambda tree: topology.mix(topology.mixing_matrix(live_adj), tree), lambda tree: tree,
-            (nodes.params, nodes.model_state))
-        return nodes._replace(params=params, model_state=model_state)
+        return population.when_due(gossip_due(step, every), average, nodes, live_adj)[0]
 
     return mix
 
@@ -700,10 +699,7 @@ def make_network(
             *((alive,) if failures is not None else ())))
         if mix is not None:
             live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
-            if not isinstance(nodes, population.Unstacked):
-                nodes = mix(state.step, live, nodes)
-            elif gossip_due(int(state.step), config.gossip_every):  # eager: regrouped only when the mix is due
-                nodes = population.unstack(mix(state.step, live, population.restack(nodes)))
+            nodes = mix(state.step, live, nodes)
         adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got

@@ -217,6 +217,23 @@ def restack(tree: PyTree) -> PyTree:
     return _stacked(tree.trees) if isinstance(tree, Unstacked) else tree
 
 
+def when_due(due: jax.Array | bool, fn: Callable[..., tuple], nodes: PyTree, *rest: PyTree) -> tuple:
+    """``fn(nodes, *rest)`` where ``due``, else ``(nodes, *rest)`` as they are; ``fn`` returns a tuple of
+    the same structure (a periodic whole-population operation: gossip averaging, a local-SGD round's end).
+
+    Stacked nodes (``[N, ...]``, ``due`` traced or not): a ``lax.cond``, so ``fn`` runs only on the steps it is
+    due. Nodes :class:`Unstacked` (the eager loop): ``due`` is read on the host and, only when true, the nodes
+    are stacked for ``fn`` and set apart again; regrouping every step would cost the copies that
+    :class:`Unstacked` avoids.
+    """
+    if not isinstance(nodes, Unstacked):
+        return jax.lax.cond(due, fn, lambda *args: args, nodes, *rest)
+    if not bool(due):
+        return (nodes, *rest)
+    new_nodes, *others = fn(restack(nodes), *rest)
+    return (unstack(new_nodes), *others)
+
+
 def state_and_aux(out: PyTree) -> tuple[PyTree, PyTree]:
     """A lifted step's ``(state, aux)``: from an :class:`Unstacked` output of N per-node pairs, the states
     :class:`Unstacked` (they stay where they are) and the auxiliaries stacked (``[N, ...]``, small); a stacked

@@ -146,3 +146,25 @@ def test_unstacked_nodes_round_trip_and_loop_updates_them_where_they_lie():
     for name in stacked:
         np.testing.assert_array_equal(population.restack(nodes)[name], want_nodes[name])
     assert population.state_and_aux((want_nodes, want_aux))[1] is want_aux  # a stacked pair as it is
+
+
+def test_when_due_applies_a_population_operation_only_when_due_in_either_layout():
+    stacked = {"w": jnp.arange(6.0).reshape(3, 2)}
+    calls = []
+
+    def average(nodes, count):  # every node's w becomes the nodes' mean; a counter rides along
+        calls.append(1)
+        return {"w": jnp.broadcast_to(nodes["w"].mean(axis=0), nodes["w"].shape)}, count + 1
+
+    for due in (True, False, jnp.array(True), jnp.array(False)):
+        nodes, count = population.when_due(due, average, stacked, jnp.int32(0))  # stacked: a cond
+        np.testing.assert_array_equal(nodes["w"], [[2.0, 3.0]] * 3 if due else stacked["w"])
+        assert count == int(bool(due))
+        calls.clear()
+        apart, count = population.when_due(due, average, population.unstack(stacked), jnp.int32(0))
+        assert isinstance(apart, population.Unstacked) and count == int(bool(due))
+        assert len(calls) == int(bool(due))  # eager: regrouped and called only when due
+        np.testing.assert_array_equal(population.restack(apart)["w"], nodes["w"])
+    traced = jax.jit(lambda step: population.when_due(step % 2 == 1, average, stacked, jnp.int32(0)))
+    np.testing.assert_array_equal(traced(jnp.int32(1))[0]["w"], [[2.0, 3.0]] * 3)
+    np.testing.assert_array_equal(traced(jnp.int32(2))[0]["w"], stacked["w"])
