@@ -713,10 +713,13 @@ def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> 
 
 
 def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
-    """Writes table.md from the summary.json in ``out_dir`` (the benchmark draws no plots)."""
+    """Writes table.md from the summary.json in ``out_dir``, the hand-written notes.md beside it kept (the benchmark
+    draws no plots)."""
+    from jaxcomm.harness import report  # noqa: PLC0415 (imports no JAX: the parent process never starts a backend)
+
     summary = json.loads((pathlib.Path(out_dir) / "summary.json").read_text())
-    (pathlib.Path(out_dir) / "table.md").write_text("# Benchmark: node-steps per second by backend\n\n"
-                                                    + format_table(summary) + "\n")
+    report.write_table(pathlib.Path(out_dir), "# Benchmark: node-steps per second by backend\n\n"
+                       + format_table(summary) + "\n")
 
 
 def main(argv=None) -> int:
