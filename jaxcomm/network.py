@@ -560,12 +560,12 @@ def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState],
     """``mix(step [], live_adj [N, N], nodes) -> nodes``: every ``every`` steps, each node's parameters and
     model state become the average of its own and its in-neighbours' (:func:`jaxcomm.topology.mixing_matrix`)."""
 
-    def average(nodes: population.NodeState, live_adj: jax.Array) -> tuple:
-        params, model_state = topology.mix(topology.mixing_matrix(live_adj), (nodes.params, nodes.model_state))
-        return nodes._replace(params=params, model_state=model_state), live_adj
-
     def mix(step: jax.Array, live_adj: jax.Array, nodes: population.NodeState) -> population.NodeState:
-        return population.when_due(gossip_due(step, every), average, nodes, live_adj)[0]
+        def average(nodes: population.NodeState) -> tuple[population.NodeState]:
+            params, model_state = topology.mix(topology.mixing_matrix(live_adj), (nodes.params, nodes.model_state))
+            return (nodes._replace(params=params, model_state=model_state),)
+
+        return population.when_due(gossip_due(step, every), average, nodes)[0]
 
     return mix
 
