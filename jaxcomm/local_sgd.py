@@ -71,8 +71,6 @@ class LocalSGD:
       sync_every: H.
       num_params: P.
       backend, step_loop: the resolved choices.
-      layout: how the "eager" step loop holds the state within a chunk: under the "loop" lift, node states apart
-        (:data:`jaxcomm.network.NODES_APART`), regrouped at each round's end only; else None.
     """
 
     config: network.NetworkConfig
@@ -83,7 +81,12 @@ class LocalSGD:
     num_params: int
     backend: str
     step_loop: str
-    layout: driver.Layout | None = None
+
+    @property
+    def layout(self) -> driver.Layout | None:
+        """How the "eager" step loop holds the state within a chunk (:func:`jaxcomm.network.layout_for`): under
+        the "loop" lift node states apart, regrouped at each round's end only."""
+        return network.layout_for(self.backend)
 
     def bytes_per_node_step(self) -> float:
         """One ring all-reduce of the float32 parameters every H steps: ``2 (N-1)/N x 4 P / H``."""
@@ -172,8 +175,7 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
         return restart, population.stack([glob])
 
     predict = jax.jit(population.lift(network.classifier_predict(model), backend="loop", in_axes=(0, None)))
-    return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop,
-                    network.layout_for(backend))
+    return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop)
 
 
 def system(ls: LocalSGD, split) -> driver.System:
