@@ -193,6 +193,15 @@ def thesis_config() -> LanguageConfig:
                           collapse_steps=2000, study_seeds=10, study_steps=5000, probe_delay=2000)
 
 
+def horizon_config() -> LanguageConfig:
+    """The thesis' horizon on a 2-core CPU (issue 39): the table's four levels x 10 paired seeds at 10,000 steps,
+    the untrained-agent probe, online and refit probes and the fixed-temperature ablation; nothing else (the
+    study, the other normalisation and the other ablations keep their ``cpu`` horizon). One population of 70
+    members, about 1.5 CPU hours; resumable (``--resume``)."""
+    return LanguageConfig(seeds=10, num_steps=10_000, eval_every=100, random_init_seeds=10, collapse_seeds=0,
+                          study_settings=(), probe_delay=0, reinforce=False, prereg_seeds=0)
+
+
 def smoke_config() -> LanguageConfig:
     """Seconds: tiny agents on the shipped real MNIST sample, a few chunks of steps."""
     return LanguageConfig(dataset="mnist_sample", hidden=(16, 8), critic_hidden=16, message_length=8,
@@ -202,7 +211,7 @@ def smoke_config() -> LanguageConfig:
                           metric_images=40)
 
 
-PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
+PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "horizon": horizon_config, "thesis": thesis_config}
 
 
 def load_dataset(config: LanguageConfig) -> ImageDataset:
