@@ -7,46 +7,20 @@
 Every method trains on the same N disjoint shards with the CNN, batch, optimiser, schedule and step budget
 of the chapter-2 recipe named by ``chapter2_preset`` (:data:`jaxcomm.recipes.PRESETS`, the recipe of
 ``experiments/outputs_exchange.py``'s preset of that name): every method at ONE horizon, the recipe's
-``num_steps``. Each runs with seeds ``seed .. seed + num_seeds - 1``; a seed is the chapter-2 recipe's seed
-(shards, initialisations, batches and every draw). A method is scored by its final test accuracy, mean ± sd
-over seeds, against the bytes each node sent per step:
+``num_steps``. Each runs with seeds ``seed .. seed + num_seeds - 1``, trained as one sweep
+(:func:`jaxcomm.methods.sweep`); a seed is the chapter-2 recipe's seed (shards, initialisations, and, by named
+streams, the same minibatches for every method). A method is scored by its final test accuracy, mean ± sd over
+seeds (the collective decision of node networks and codistillation, the one model of synchronous, compressed and
+local SGD), against the bytes each node sent per step, read from the one byte ledger (:mod:`jaxcomm.ledger`).
 
-* ``outputs:<content>``: Algorithm 2 (:mod:`jaxcomm.network`) exchanging nothing (isolated nodes), true
-  labels, logits (soft labels) or features, exactly the chapter-2 rows; accuracy = the collective decision
-  (negentropy); bytes = the inbox's measured ``sent`` copies x message size.
-* ``sync``: synchronous data-parallel SGD of one shared model (:mod:`jaxcomm.data_parallel`),
-  gradients all-reduced densely every step: ring all-reduce bytes 2 (N-1)/N x 4 P.
-* ``gossip:<k>``: every node trains its own model and every k steps averages its parameters (and
-  BatchNorm statistics) with its in-neighbours on a ring of ``gossip_neighbours``
-  (``NetworkConfig.gossip_every``); bytes = neighbours x 4 x (parameters + statistics) / k;
-  accuracy = the collective decision.
-* ``<compressor>:<setting>[:whole|:layer][:ef|:noef]``: synchronous SGD with each node's gradient
-  compressed by :mod:`jaxcomm.compression` before an all-gather ((N-1) x message bytes):
-  ``top_k:<fraction>``, ``random_k:<fraction>``, ``sign``, ``qsgd:<levels>`` (QSGD's setting is its number
-  of quantisation levels s, not bits: a value costs a sign bit and ceil(log2(s + 1)) level bits); per tensor
-  (default) or the whole model as one vector; error feedback by default for top-k and sign (biased), not for
-  random-k and QSGD (QSGD with error feedback diverged in a smoke test: its residual is unbiased noise that
-  accumulates).
-* ``diloco:<H>`` / ``local_sgd:<H>``: every node takes H inner Adam steps from the global model, then
-  the average of the nodes' moves steps it (:mod:`jaxcomm.local_sgd`: Nesterov outer SGD at 0.7 /
-  0.9, or plain averaging); bytes = one ring all-reduce of the parameters every H steps; accuracy =
-  the global model.
-* ``codistill:<K>``: every node distils toward its peers' predictions from checkpoints refreshed every
-  K steps (:mod:`jaxcomm.codistillation`); bytes = its checkpoint to N - 1 peers every K; accuracy =
-  the collective decision.
-* ``powersgd:<rank>``: synchronous SGD with rank-r PowerSGD factors all-reduced, error feedback
-  (:mod:`jaxcomm.powersgd`).
-
-Rows (:func:`row_name`) say the method and its setting: ``isolated``, ``true_labels``, ``logits``,
-``features``, ``sync_sgd``, ``top_k_1pct``, ``sign``, ``qsgd_4lvl_ef``, ``gossip_100``, ``diloco_h50``,
-``codistill_k100``, ``powersgd_r4``, ... Output-sharing bytes are counted under the private data model
-(:data:`jaxcomm.exchange.DATA_MODELS`: exclusive shards, a message carries its minibatch's images); the same
-runs counted under the shared data model (every node holds the dataset: int32 indices travel) are a second
-row with the suffix ``_shared``. The data model changes what is counted, not training: no run is repeated.
-
-Node networks (outputs, gossip) train their seeds as one sweep (:func:`jaxcomm.sweep.train_networks`), the
-other methods seed after seed. A seed of sync, compressed, local or codistilled SGD whose loss diverges is
-recorded as stopped in its row (no accuracy) and the run goes on; a diverging sweep stops the run.
+Methods are values (:class:`jaxcomm.methods_.Method`): the config's ``methods`` are specs of the zoo
+(:func:`jaxcomm.zoo.parse`: ``outputs:<content>``, ``sync``, ``gossip:<k>``, compressors, ``powersgd:<r>``,
+``diloco:<H>``, ``local_sgd:<H>``, ``codistill:<K>``, or any ``[module.]factory[:args]`` such as
+``sparta:0.005``), and research code passes its own to :func:`run` (``run(config, methods=[...])``). A row is
+named by its method's name. Output sharing's bytes are counted under the private data model (exclusive shards,
+a message carries its minibatch's images); where a method's bytes differ under the shared data model (every node
+holds the dataset: int32 indices travel) the same runs fill a second row suffixed ``_shared``. A sweep whose loss
+diverges is trained again seed by seed, and a seed that diverges is recorded as stopped in its row.
 
 The Pareto front: a row is on it if no row with fewer or equal bytes has a higher mean accuracy
 (:func:`frontier`), under the private data model (the ``_shared`` twins left out) and under the shared one
@@ -66,31 +40,17 @@ import sys
 import time
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
-from jaxcomm import (
-    bandwidth,
-    codistillation,
-    compression,
-    data,
-    data_parallel,
-    driver,
-    local_sgd,
-    network,
-    powersgd,
-    recipes,
-    stats,
-    sweep,
-)
+from jaxcomm import bandwidth, data, driver, recipes, stats, zoo
+from jaxcomm import methods as methods_
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
 from jaxcomm.validation import integer, one_of, require
 
 EXPERIMENT = "bandwidth_frontier"
-FAMILIES = ("outputs", "sync", "gossip", "compressed", "local_sgd", "codistillation")
-SWEPT = ("outputs", "gossip")  # node networks: their seeds train as one sweep
-DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": False}
 CPU_METHODS = (
     "outputs:none", "outputs:true_labels", "sync", "outputs:logits", "diloco:50", "top_k:0.01", "codistill:100",
     "powersgd:4", "gossip:100", "outputs:features", "sign", "qsgd:4:ef", "diloco:10", "diloco:250",
@@ -99,129 +59,6 @@ CPU_METHODS = (
 """Issue 19's frontier in priority order (a time budget cuts the last ones): one setting of every method first,
 then the second settings. QSGD runs with error feedback, as the issue asks, though that diverged in a smoke test
 (its residual is unbiased noise that accumulates): a seed that diverges is recorded as stopped in its row."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    """One parsed method spec (see the module docstring)."""
-
-    name: str
-    family: str
-    content: str = "none"
-    gossip_every: int = 0
-    compression: str = "none"
-    fraction: float = 0.01
-    levels: int = 4
-    per_layer: bool = True
-    feedback: bool = False
-    sync_every: int = 0
-    outer: str = ""  # "diloco" (Nesterov, lr 0.7, momentum 0.9) or "average" (local SGD)
-    refresh_every: int = 0
-    rank: int = 0
-
-
-def parse_method(spec: str) -> Method:
-    """Parses ``spec``; ValueError naming what is wrong."""
-    parts = spec.split(":")
-    head, args = parts[0], parts[1:]
-    bad = ValueError(f"method {spec!r}: expected outputs:<none|true_labels|logits|features>, sync, gossip:<k>, "
-                     f"diloco:<H>, local_sgd:<H>, codistill:<K>, powersgd:<rank>, "
-                     f"top_k:<fraction>, random_k:<fraction>, sign or qsgd:<levels>, the compressors optionally "
-                     f"followed by :whole or :layer and :ef or :noef")
-    if head in ("diloco", "local_sgd", "codistill", "powersgd"):
-        if len(args) != 1 or not args[0].isdigit() or int(args[0]) < 1:
-            raise bad
-        value = int(args[0])
-        return {"diloco": lambda: Method(spec, "local_sgd", sync_every=value, outer="diloco"),
-                "local_sgd": lambda: Method(spec, "local_sgd", sync_every=value, outer="average"),
-                "codistill": lambda: Method(spec, "codistillation", refresh_every=value),
-                "powersgd": lambda: Method(spec, "compressed", compression="powersgd", rank=value,
-                                           feedback=True)}[head]()
-    if head == "outputs":
-        if len(args) != 1 or args[0] not in ("none", "true_labels", "logits", "features"):
-            raise bad
-        return Method(spec, "outputs", content=args[0])
-    if head == "sync":
-        if args:
-            raise bad
-        return Method(spec, "sync")
-    if head == "gossip":
-        if len(args) != 1 or not args[0].isdigit() or int(args[0]) < 1:
-            raise bad
-        return Method(spec, "gossip", gossip_every=int(args[0]))
-    if head not in DEFAULT_FEEDBACK:
-        raise bad
-    takes_setting = head != "sign"
-    if takes_setting and not args:
-        raise bad
-    setting, flags = (args[0], args[1:]) if takes_setting else (None, args)
-    if any(flag not in ("whole", "layer", "ef", "noef") for flag in flags) or len(set(flags)) != len(flags):
-        raise bad
-    kwargs = {"per_layer": "whole" not in flags,
-              "feedback": "ef" in flags or (DEFAULT_FEEDBACK[head] and "noef" not in flags)}
-    try:
-        if head in ("top_k", "random_k"):
-            kwargs["fraction"] = float(setting)
-        elif head == "qsgd":
-            kwargs["levels"] = int(setting)
-        compression.check(head, fraction=kwargs.get("fraction", 0.01), levels=kwargs.get("levels", 4),
-                          per_layer=kwargs["per_layer"], feedback=kwargs["feedback"])
-    except ValueError as error:
-        raise ValueError(f"method {spec!r}: {error}") from None
-    return Method(spec, "compressed", compression=head, **kwargs)
-
-
-def _percent(fraction: float) -> str:
-    """``fraction`` x 100 without trailing zeros or an exponent: 0.01 -> "1", 0.001 -> "0.1"."""
-    return np.format_float_positional(round(fraction * 100, 12), trim="-")
-
-
-def row_name(method: Method, data_model: str | None = None) -> str:
-    """The row of ``method`` in ``summary["rows"]``: the method and its setting.
-
-    ``isolated`` (outputs:none), ``true_labels``, ``logits``, ``features``, ``sync_sgd``, ``gossip_<k>``,
-    ``top_k_<percent>pct`` and ``random_k_<percent>pct`` (0.01 -> ``top_k_1pct``, 0.001 -> ``top_k_0.1pct``),
-    ``sign``, ``qsgd_<levels>lvl`` (QSGD's setting is its number of levels s, not bits), ``diloco_h<H>``,
-    ``local_sgd_h<H>``, ``codistill_k<K>``, ``powersgd_r<rank>``; a compressor adds ``_whole`` (the whole model
-    as one vector) and ``_ef``/``_noef`` where its error feedback differs from :data:`DEFAULT_FEEDBACK`.
-
-    Args:
-      method: a parsed spec.
-      data_model: None or "private": the row whose bytes are the method's own (under the private data model
-        for output sharing); "shared": an output-sharing row's twin counted under the shared data model,
-        suffixed ``_shared`` (ValueError for methods whose bytes do not depend on it, and for isolated nodes,
-        which send nothing).
-    """
-    one_of("data_model", data_model, (None, "private", "shared"))
-    if data_model == "shared" and (method.family != "outputs" or method.content == "none"):
-        raise ValueError(f"method {method.name!r} has no row under the shared data model: its bytes do not "
-                         "depend on it")
-    if method.family == "outputs":
-        return ("isolated" if method.content == "none" else method.content) + (
-            "_shared" if data_model == "shared" else "")
-    if method.family == "sync":
-        return "sync_sgd"
-    if method.family == "gossip":
-        return f"gossip_{method.gossip_every}"
-    if method.family == "local_sgd":
-        return f"{'diloco' if method.outer == 'diloco' else 'local_sgd'}_h{method.sync_every}"
-    if method.family == "codistillation":
-        return f"codistill_k{method.refresh_every}"
-    if method.compression == "powersgd":
-        return f"powersgd_r{method.rank}"
-    name = {"top_k": f"top_k_{_percent(method.fraction)}pct", "random_k": f"random_k_{_percent(method.fraction)}pct",
-            "sign": "sign", "qsgd": f"qsgd_{method.levels}lvl"}[method.compression]
-    if not method.per_layer:
-        name += "_whole"
-    if method.feedback != DEFAULT_FEEDBACK[method.compression]:
-        name += "_ef" if method.feedback else "_noef"
-    return name
-
-
-def row_names(method: Method) -> list[str]:
-    """Every row ``method`` fills: its own, then (output sharing but isolated nodes) its ``_shared`` twin."""
-    shared = method.family == "outputs" and method.content != "none"
-    return [row_name(method)] + ([row_name(method, "shared")] if shared else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,8 +74,8 @@ class BandwidthFrontierConfig:
       data_dir: where the dataset lives ("" = ``JAXCOMM_DATA_DIR`` or tfds).
       num_nodes: N.
       eval_every: steps between test evaluations (every method is scored at the final step).
-      methods: specs (module docstring), run in this order; the time budget cuts the last ones. Their rows
-        (:func:`row_name`) must differ.
+      methods: specs (:func:`jaxcomm.zoo.parse`), run in this order; the time budget cuts the last ones. Their
+        rows (the methods' names) must differ.
       gossip_neighbours: out-neighbours on the gossip ring.
       time_budget_s: wall seconds after which no method starts whose estimated time (the mean of the
         methods run so far, all their seeds) would overrun; skipped ones are listed in the summary. A resumed
@@ -268,10 +105,10 @@ class BandwidthFrontierConfig:
         require(isinstance(self.methods, tuple) and len(self.methods) >= 1
                 and len(set(self.methods)) == len(self.methods), "methods", "a non-empty tuple of distinct specs",
                 self.methods)
-        names = [row_name(parse_method(spec)) for spec in self.methods]
+        integer("gossip_neighbours", self.gossip_neighbours, low=1, high=self.num_nodes - 1)
+        names = [method.name for method in self.parsed()]
         require(len(set(names)) == len(names), "methods", "specs of distinct rows (e.g. not top_k:0.01 and "
                 "top_k:0.01:layer, both top_k_1pct)", self.methods)
-        integer("gossip_neighbours", self.gossip_neighbours, low=1, high=self.num_nodes - 1)
         require(isinstance(self.time_budget_s, float | int) and self.time_budget_s >= 0, "time_budget_s",
                 "a number of seconds >= 0", self.time_budget_s)
         integer("seed", self.seed)
@@ -282,6 +119,11 @@ class BandwidthFrontierConfig:
         seed."""
         preset = harness_cli.apply_overrides(recipes.PRESETS[self.chapter2_preset](), self.chapter2_overrides)
         return dataclasses.replace(preset, data_dir=self.data_dir, seed=self.seed)
+
+    def parsed(self) -> list[methods_.Method]:
+        """The methods of :attr:`methods`, output sharing with the chapter-2 recipe's sharing settings."""
+        return [zoo.parse(spec, recipe=self.chapter2(), gossip_neighbours=self.gossip_neighbours)
+                for spec in self.methods]
 
     def seeds(self) -> list[int]:
         """``seed .. seed + num_seeds - 1``."""
@@ -318,116 +160,36 @@ PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 # --------------------------------------------------------------------------- measurements
 
 
-def node_network(config: BandwidthFrontierConfig, method: Method) -> network.NetworkConfig:
-    """The network config ``method`` reads at the first seed: the chapter-2 rows' (nodes, shards, batch, optimiser,
-    schedule, horizon), a ring of ``gossip_neighbours`` averaging every k steps for gossip."""
-    net = config.chapter2().network(config.num_nodes, method.content, eval_every=config.eval_every)
-    if method.family == "gossip":
-        net = net.replace(topology="ring", num_neighbours=config.gossip_neighbours, gossip_every=method.gossip_every)
-    return net
+def base_network(config: BandwidthFrontierConfig, seed: int):
+    """The network config every method starts from (its ``configure`` sets what it needs, e.g. output sharing's
+    p_c and p_b): the chapter-2 rows' nodes, shards, batch, optimiser, schedule and horizon, sharing nothing."""
+    return config.chapter2().network(config.num_nodes, "none", eval_every=config.eval_every).replace(seed=seed)
 
 
-def train_sweep(config: BandwidthFrontierConfig, method: Method, dataset, model, *,
-                checkpoints: Checkpoints | None, progress: bool) -> tuple[dict[str, dict], list[dict]]:
-    """A node network (outputs, gossip) trained with every seed as one sweep; ``({row: row}, curves)``, its rows
-    those of :func:`row_names`.
-
-    Accuracy: the collective decision (negentropy). Bytes: :func:`jaxcomm.recipes.summarize`'s measured ones
-    under the private data model (the ``_shared`` twin: under the shared one), averaged over seeds by
-    :func:`jaxcomm.recipes.summarize_seeds`; gossip: all a node holds to each neighbour every k steps.
-    """
-    seeds, name = config.seeds(), row_name(method)
-    net = node_network(config, method)
-    outs = sweep.train_networks([net.replace(seed=s) for s in seeds], model, dataset, progress=progress, desc=name,
-                                checkpointer=checkpoints.run(name) if checkpoints else None)
-    image_shape = dataset.train.images.shape[1:]
-    summaries = [recipes.summarize(out, num_params=bandwidth.model_num_params(model, image_shape)) for out in outs]
-    both = recipes.summarize_seeds(summaries, seeds)
-    # a population sweep's train_seconds is the whole sweep's: each seed is charged its share
-    shares = [out["train_seconds"] / (out["sweep"]["runs"] if out["sweep"]["mode"] == "population" else 1)
-              for out in outs]
-    per_seed = [{"seed": seed, "accuracy": s["collective_accuracy"], "avg_accuracy": s["avg_accuracy"],
-                 "steps": s["steps"], "wall_seconds": round(share, 1)}
-                for seed, s, share in zip(seeds, summaries, shares, strict=True)]
-    curves = [curves_of(name, method, seed, out["history"]) for seed, out in zip(seeds, outs, strict=True)]
-    if method.family == "gossip":  # parameters plus statistics: all a node holds, what gossip averaging sends
-        sent = bandwidth.gossip_bytes(config.gossip_neighbours,
-                                      bandwidth.model_num_params(model, image_shape, all_variables=True),
-                                      method.gossip_every)
-        return {name: seed_row(per_seed) | {"bytes_per_node_step": sent, "num_params": both["num_params"]}}, curves
-    rows = {}
-    for data_model, suffix in (("private", ""), ("shared", "_shared"))[:len(row_names(method))]:
-        key = "bytes_sent_per_node_step" + suffix
-        rows[row_name(method, data_model)] = seed_row(
-            [p | {"bytes_per_node_step": s[key]} for p, s in zip(per_seed, summaries, strict=True)]) | {
-            "bytes_per_node_step": both[key], "data_model": data_model, "num_params": both["num_params"],
-            "message_bytes": both["message_bytes" + suffix]}
-    return rows, curves
-
-
-def train_one(config: BandwidthFrontierConfig, method: Method, dataset, model, seed: int, *,
-              checkpoints: Checkpoints | None, progress: bool) -> dict:
-    """One seed of sync, compressed, local SGD or codistillation (one checkpoint folder per method and seed):
-    the driver's result plus ``system`` (:func:`jaxcomm.data_parallel.train_evaluated`)."""
-    name = f"{row_name(method)}_seed{seed}"
-    kwargs = {"progress": progress, "desc": name.replace("_seed", " seed "),
-              "checkpointer": checkpoints.run(name) if checkpoints else None}
-    net = node_network(config, method).replace(seed=seed)
-    if method.family == "local_sgd":
-        outer = local_sgd.diloco_outer() if method.outer == "diloco" else local_sgd.local_sgd_outer()
-        return local_sgd.train_local_sgd(net, model, dataset, sync_every=method.sync_every, outer=outer, **kwargs)
-    if method.family == "codistillation":
-        return codistillation.train_codistillation(net, model, dataset, refresh_every=method.refresh_every, **kwargs)
-    return data_parallel.train_data_parallel(net, model, dataset, compressor=compressor_of(method), **kwargs)
-
-
-def compressor_of(method: Method):
-    """The gradient compressor of a synchronous or compressed method (None: dense gradients)."""
-    if method.compression == "powersgd":
-        return powersgd.power_sgd(method.rank)
-    return None if method.compression == "none" else compression.make(
-        method.compression, fraction=method.fraction, levels=method.levels, per_layer=method.per_layer,
-        feedback=method.feedback)
-
-
-def untrained_system(config: BandwidthFrontierConfig, method: Method, dataset, model):
-    """A synchronous or compressed method's system built without training (shapes only): its byte counts,
-    for a row whose every seed stopped. None for the other families."""
-    if method.family not in ("sync", "compressed"):
-        return None
-    return data_parallel.make_data_parallel(node_network(config, method), model,
-                                            image_shape=dataset.train.images.shape[1:],
-                                            num_classes=dataset.num_classes, compressor=compressor_of(method))
-
-
-def train_seeds(config: BandwidthFrontierConfig, method: Method, dataset, model, *,
-                checkpoints: Checkpoints | None, progress: bool) -> tuple[dict[str, dict], list[dict]]:
-    """A method without sweeps trained seed after seed; ``({row: row}, curves)``. Accuracy: the shared model's
-    (sync, compressed, local SGD), the collective decision (codistillation). A seed whose loss leaves its bounds
-    is recorded as ``stopped`` and the next one runs."""
-    name, per_seed, curves, system = row_name(method), [], [], None
-    for seed in config.seeds():
-        try:
-            out = train_one(config, method, dataset, model, seed, checkpoints=checkpoints, progress=progress)
-        except driver.LossStop as stop:
-            print(f"[{name}] seed {seed} stopped: {stop}", flush=True)
-            per_seed.append({"seed": seed, "accuracy": None, "avg_accuracy": None, "steps": stop.step,
-                             "wall_seconds": 0.0, "stopped": str(stop)})
-            continue
-        final = out["final"]
-        accuracy = (final["collective_accuracy"]["negentropy"] if method.family == "codistillation"
-                    else final["avg_accuracy"])
-        per_seed.append({"seed": seed, "accuracy": accuracy, "avg_accuracy": final["avg_accuracy"],
-                         "steps": out["steps_done"], "wall_seconds": round(out["train_seconds"], 1)})
-        curves.append(curves_of(name, method, seed, out["history"]))
-        system = out["system"]  # the same bytes and parameters whatever the seed
-    # Bytes depend only on the method: a row whose every seed stopped still has them.
-    system = system or untrained_system(config, method, dataset, model)
-    row = seed_row(per_seed) | {
-        "bytes_per_node_step": system.bytes_per_node_step() if system else None,
-        "num_params": system.num_params if system else None,
-        "message_bytes": getattr(system, "message_bytes", None)}
-    return {name: row}, curves
+def train_seeds(config: BandwidthFrontierConfig, method: methods_.Method, dataset, model, *,
+                checkpoints: Checkpoints | None, progress: bool) -> list[dict]:
+    """Every seed of ``method``: one sweep (:func:`jaxcomm.methods.sweep`); if its loss leaves its bounds, seed by
+    seed, a stopped seed recorded as ``{"seed", "stopped"}``. Each result gains ``seed`` and ``wall_seconds`` (a
+    population sweep's training time shared out over its seeds)."""
+    seeds, name = config.seeds(), method.name
+    runs = [base_network(config, s) for s in seeds]
+    try:
+        outs = methods_.sweep(method, runs, model, dataset, progress=progress, desc=name,
+                             checkpointer=checkpoints.run(name) if checkpoints else None)
+    except driver.LossStop as stop:
+        print(f"[{name}] the sweep stopped ({stop}); seed by seed", flush=True)
+        outs = []
+        for seed, run_config in zip(seeds, runs, strict=True):
+            try:
+                outs.append(methods_.train(method, run_config, model, dataset, progress=progress,
+                                          desc=f"{name} seed {seed}", checkpointer=checkpoints.run(
+                                              f"{name}_seed{seed}") if checkpoints else None))
+            except driver.LossStop as seed_stop:
+                print(f"[{name}] seed {seed} stopped: {seed_stop}", flush=True)
+                outs.append({"stopped": str(seed_stop), "steps_done": seed_stop.step})
+    return [out | {"seed": seed, "wall_seconds": 0.0 if "stopped" in out else round(
+        out["train_seconds"] / (out["sweep"]["runs"] if out.get("sweep", {}).get("mode") == "population" else 1), 1)}
+        for seed, out in zip(seeds, outs, strict=True)]
 
 
 def seed_row(per_seed: list[dict]) -> dict:
@@ -442,7 +204,7 @@ def seed_row(per_seed: list[dict]) -> dict:
     return row | ({"stopped": stopped} if stopped else {})
 
 
-def curves_of(name: str, method: Method, seed: int, history: list[dict]) -> dict:
+def curves_of(name: str, method: methods_.Method, seed: int, history: list[dict]) -> dict:
     """One seed's accuracy and loss at every evaluation."""
     return {"run": name, "spec": method.name, "family": method.family, "seed": seed,
             "steps": [h["step"] for h in history],
@@ -451,31 +213,54 @@ def curves_of(name: str, method: Method, seed: int, history: list[dict]) -> dict
             "loss": [round(h["loss"], 4) for h in history]}
 
 
-def run_method(config: BandwidthFrontierConfig, method: Method, dataset, *, checkpoints: Checkpoints | None,
-               progress: bool) -> dict:
+def run_method(config: BandwidthFrontierConfig, method: methods_.Method, dataset, *, spec: str | None = None,
+               checkpoints: Checkpoints | None, progress: bool) -> dict:
     """Trains one method with every seed; ``{"rows": {row: row}, "curves": [one per seed]}``.
 
-    Every row: ``family``, ``spec``, ``setting``, :func:`seed_row`'s numbers, ``bytes_per_node_step``,
-    ``total_bytes_per_node`` (over the horizon), ``fraction_of_dense_allreduce``, ``num_params``; output
-    sharing's ``data_model``.
+    Every row: ``family``, ``spec``, :func:`seed_row`'s numbers, ``bytes_per_node_step`` (the ledger's, mean over
+    seeds), ``bytes_by_kind``, ``total_bytes_per_node`` (over the horizon), ``fraction_of_dense_allreduce``,
+    ``num_params``, ``data_model``; a ``<name>_shared`` twin where the bytes differ under the shared data model.
     """
     model = config.chapter2().model(dataset.num_classes)
-    name = row_name(method)
-    train = train_sweep if method.family in SWEPT else train_seeds
-    rows, curves = train(config, method, dataset, model, checkpoints=checkpoints, progress=progress)
-    for row in rows.values():
-        sent = row["bytes_per_node_step"]
-        dense = bandwidth.allreduce_bytes(config.num_nodes, row["num_params"]) if row["num_params"] else None
-        row |= {"family": method.family, "spec": method.name, "setting": dataclasses.asdict(method),
-                "total_bytes_per_node": None if sent is None else sent * row["steps"],
-                "fraction_of_dense_allreduce": None if sent is None or not dense else sent / dense}
+    name = method.name
+    outs = train_seeds(config, method, dataset, model, checkpoints=checkpoints, progress=progress)
+    done = [out for out in outs if "stopped" not in out]
+    if not done:  # bytes depend on the method, not on training: booked for an untrained run of the horizon
+        built = methods_.build(method, base_network(config, config.seed), model, dataset)
+        done_like = [{"built": built, "state": built.init(jax.random.PRNGKey(config.seed)),
+                      "steps_done": built.config.num_steps}]
+    ledgers = {model_: [methods_.bytes_of(out, data_model=model_) for out in done or done_like]
+               for model_ in ("private", "shared")}
+    twin = any(a["total"] != b["total"] for a, b in zip(ledgers["private"], ledgers["shared"], strict=True))
+    num_params = bandwidth.model_num_params(model, dataset.train.images.shape[1:])
+    dense = bandwidth.allreduce_bytes(config.num_nodes, num_params)
+    score = "avg_accuracy" if method.score == "model" else "collective"
+    rows, curves = {}, [curves_of(name, method, out["seed"], out["history"]) for out in done]
+    for data_model in ("private", "shared") if twin else ("private",):
+        per_seed, records = [], iter(ledgers[data_model])
+        for out in outs:
+            if "stopped" in out:
+                per_seed.append({"seed": out["seed"], "accuracy": None, "avg_accuracy": None,
+                                 "steps": out["steps_done"], "wall_seconds": 0.0, "stopped": out["stopped"]})
+                continue
+            final, record = out["final"], next(records)
+            per_seed.append({"seed": out["seed"], "accuracy": final["avg_accuracy"] if score == "avg_accuracy"
+                             else final["collective_accuracy"]["negentropy"], "avg_accuracy": final["avg_accuracy"],
+                             "steps": out["steps_done"], "wall_seconds": out["wall_seconds"],
+                             "bytes_per_node_step": record["per_node_step"]})
+        row = seed_row(per_seed)
+        sent = float(np.mean([r["per_node_step"] for r in ledgers[data_model]]))
+        by_kind = {k: float(np.mean([r["by_kind"][k] for r in ledgers[data_model]]))
+                   for k in ledgers[data_model][0]["by_kind"]}
+        rows[name + ("_shared" if data_model == "shared" else "")] = row | {
+            "family": method.family, "spec": spec or name, "bytes_per_node_step": sent, "bytes_by_kind": by_kind,
+            "data_model": data_model, "num_params": num_params,
+            "total_bytes_per_node": sent * row["steps"], "fraction_of_dense_allreduce": sent / dense}
     row = rows[name]
     accuracy = "stopped" if row["accuracy"] is None else f"{row['accuracy']:.1f} ± {row['accuracy_sd']:.1f}"
     print(f"[{name}] accuracy {accuracy} over {row['seeds']} seeds at "
           f"{row['bytes_per_node_step'] or 0:,.0f} B/node/step in {row['wall_seconds']:.0f} s", flush=True)
     return {"rows": rows, "curves": curves}
-
-
 def frontier(rows: dict[str, dict]) -> list[str]:
     """Rows no row with fewer or equal bytes per node and step beats on (mean) accuracy, by bytes; rows without an
     accuracy (a seed stopped) or bytes are left out."""
@@ -517,30 +302,34 @@ def add_paired(rows: dict[str, dict]) -> None:
         row["paired_diff_vs_isolated_ci95"] = list(stats.paired_ci95(diffs, digits=None)) if len(diffs) > 1 else None
 
 
-def run(config: BandwidthFrontierConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
-    """Runs the methods in order until the time budget; returns ``rows``, ``frontier``, ``frontier_shared``,
-    ``skipped``, ``curves``, ``seeds``, the dataset's name and the chapter-2 recipe.
+def run(config: BandwidthFrontierConfig, *, methods: Sequence[methods_.Method] = (),
+        checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
+    """Runs the config's methods, then ``methods`` (values, e.g. research code's own), in order until the time
+    budget; returns ``rows``, ``frontier``, ``frontier_shared``, ``skipped``, ``curves``, ``seeds``, the dataset's
+    name and the chapter-2 recipe.
 
-    With ``checkpoints`` every sweep and every (method, seed) saves its state; resumed
-    (``checkpoints.resume``), a finished one returns from its checkpoint without a training step
-    (:func:`jaxcomm.driver.train`) and an unfinished one continues.
+    With ``checkpoints`` every sweep saves its state; resumed (``checkpoints.resume``), a finished one returns from
+    its checkpoint without a training step (:func:`jaxcomm.driver.train`) and an unfinished one continues.
     """
     start = time.perf_counter()
     chapter2 = config.chapter2()
     dataset = chapter2.load()
+    todo = [*zip(config.methods, config.parsed(), strict=True), *((m.name, m) for m in methods)]
+    names = [m.name for _, m in todo]
+    if len(set(names)) != len(names):
+        raise ValueError(f"methods must have distinct names (rows): {names}")
     rows: dict[str, dict] = {}
     curves, skipped, spent = [], [], []
     restored = 0.0  # training seconds of a resumed run's earlier parts, which this process did not spend
-    for spec in config.methods:
-        method = parse_method(spec)
+    for spec, method in todo:
         estimate = float(np.mean(spent)) if spent else 0.0
         if config.time_budget_s and time.perf_counter() - start + restored + estimate > config.time_budget_s:
             skipped.append(f"{spec} (estimated {estimate:.0f} s, over the time budget)")
             print(f"skipped {spec}: estimated {estimate:.0f} s, over the time budget", flush=True)
             continue
         began = time.perf_counter()
-        out = run_method(config, method, dataset, checkpoints=checkpoints, progress=progress)
-        took, trained = time.perf_counter() - began, out["rows"][row_name(method)]["wall_seconds"]
+        out = run_method(config, method, dataset, spec=spec, checkpoints=checkpoints, progress=progress)
+        took, trained = time.perf_counter() - began, out["rows"][method.name]["wall_seconds"]
         restored += max(0.0, trained - took)
         spent.append(max(took, trained))
         rows |= out["rows"]
@@ -554,7 +343,7 @@ def run(config: BandwidthFrontierConfig, *, checkpoints: Checkpoints | None = No
 # --------------------------------------------------------------------------- report
 
 MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D", "local_sgd": "v",
-           "codistillation": "P"}
+           "codistillation": "P", "sparse_averaging": "X"}  # other families: "*"
 
 
 def multi_seed(summary: dict) -> bool:
@@ -574,12 +363,12 @@ def plot_frontier(summary: dict, path: pathlib.Path) -> None:
             if row.get("accuracy") is not None and row.get("bytes_per_node_step") is not None}
     sd = {name: row.get("accuracy_sd") or 0.0 for name, row in rows.items()}
     fig, ax = plt.subplots(figsize=(9, 6))
-    for family in FAMILIES:
+    for family in dict.fromkeys(row["family"] for row in rows.values()):
         names = [n for n in rows if rows[n]["family"] == family and rows[n]["bytes_per_node_step"] > 0]
         if not names:
             continue
         ax.errorbar([rows[n]["bytes_per_node_step"] for n in names], [rows[n]["accuracy"] for n in names],
-                    yerr=[sd[n] for n in names], fmt=MARKERS[family], capsize=3, markersize=6, label=family)
+                    yerr=[sd[n] for n in names], fmt=MARKERS.get(family, "*"), capsize=3, markersize=6, label=family)
         for n in names:
             ax.annotate(n, (rows[n]["bytes_per_node_step"], rows[n]["accuracy"]), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")

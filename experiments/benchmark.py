@@ -127,16 +127,29 @@ class SweepRow:
     num_nodes: int
     num_steps: int
     eval_every: int
+    method: str = ""  # a spec of jaxcomm.zoo.parse swept by jaxcomm.methods.sweep; "": the network's train_networks
 
     @property
     def name(self) -> str:
-        return f"{self.workload}_r{self.runs}_n{self.num_nodes}"
+        prefix = zoo_name(self.method) + "_" if self.method else ""
+        return f"{prefix}{self.workload}_r{self.runs}_n{self.num_nodes}"
+
+
+def zoo_name(spec: str) -> str:
+    from jaxcomm import zoo
+
+    return zoo.parse(spec).name
+
+
+METHOD_SWEEPS = ("diloco:50", "sync", "codistill:100")
+"""The baselines swept as one population (issue 37): 8 seeds of each on the student MLP, 10 nodes, 1,000 steps."""
 
 
 def sweep_rows(suite: str) -> list[SweepRow]:
     if suite == "quick":
         return [SweepRow("student", 4, 4, 100, 50)]
-    cpu = [SweepRow("student", 16, 10, 1000, 250), SweepRow("cnn", 5, 10, 300, 100)]
+    cpu = [SweepRow("student", 16, 10, 1000, 250), SweepRow("cnn", 5, 10, 300, 100),
+           *(SweepRow("student", 8, 10, 1000, 250, method) for method in METHOD_SWEEPS)]
     if suite == "gpu":  # R x N = 160 and 640 student nodes, 50 and 200 CNN nodes
         return cpu + [SweepRow("student", 64, 10, 1000, 250), SweepRow("cnn", 20, 10, 300, 100)]
     return cpu
@@ -326,20 +339,25 @@ def measure_row(row: Row) -> dict:
 
 
 def measure_sweep(row: SweepRow, arm: str) -> dict:
-    """Wall clock from the call to the results of ``row``'s R runs: as one sweep, or one by one."""
-    from jaxcomm import network, sweep
+    """Wall clock from the call to the results of ``row``'s R runs: as one sweep, or one by one. A method's sweep
+    (``row.method``) reports its ledger's bytes as its counters."""
+    from jaxcomm import methods, network, sweep, zoo
 
     model, dataset = model_and_data(row.workload)
     configs = [network.NetworkConfig(num_nodes=row.num_nodes, num_steps=row.num_steps, eval_every=row.eval_every,
                                      seed=seed) for seed in range(row.runs)]
     start = time.perf_counter()
-    if arm == "sweep":
+    if row.method:
+        method = zoo.parse(row.method)
+        results = (methods.sweep(method, configs, model, dataset, progress=False) if arm == "sweep" else
+                   [methods.train(method, c, model, dataset, progress=False) for c in configs])
+    elif arm == "sweep":
         results = sweep.train_networks(configs, model, dataset, progress=False)
     else:
         results = [network.train_network(c, model, dataset, progress=False) for c in configs]
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "mode": results[0].get("sweep", {}).get("mode"),
-            "counters": [r["final"]["counters"] for r in results],
+            "counters": [r["final"]["bytes" if row.method else "counters"] for r in results],
             "avg_accuracy": [r["final"]["avg_accuracy"] for r in results],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -647,7 +665,9 @@ def _sweeps_table(sweeps: dict) -> list[str]:
     lines = ["", "Sweeps: R networks of N nodes (seeds 0..R-1, true labels over a ring), wall clock from the "
               "call to the results (compilation and evaluations included), as one `jaxcomm.sweep.train_networks` "
               "against R `train_network` calls one by one, each arm in a fresh process. `counters equal`: the "
-              "sweep reproduced every run's message counters exactly.", "",
+              "sweep reproduced every run's message counters exactly. Rows named after a method (e.g. "
+              "`diloco_h50_...`) sweep that method (`jaxcomm.methods.sweep` against R `jaxcomm.methods.train` calls); "
+              "their counters are the byte ledger's records.", "",
               "| sweep | runs x nodes | steps | mode | sweep s | one by one s | speed-up | counters equal |"
               " max accuracy diff (pts) |", "|---|" + "---|" * 8]
     for name, r in sweeps.items():

@@ -29,11 +29,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcomm import bandwidth, data_parallel, driver, network, population, speed
+from jaxcomm import bandwidth, classifier, driver, ledger, methods, network, population, streams
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 from jaxcomm.exchange import cross_entropy
-from jaxcomm.models import to_unit_float
 from jaxcomm.validation import is_real, require
 
 
@@ -80,6 +79,17 @@ class Codistillation:
     checkpoint_bytes: int
     backend: str
     step_loop: str
+    layout = None  # the stale peers are read together every step: nodes stay stacked
+
+    def models_of(self, state: CodistillationState) -> population.NodeState:
+        """Every node's model."""
+        return state.nodes
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
+        """Each node's checkpoint to its N - 1 peers at every refresh (``steps_done // K`` of them)."""
+        n = self.config.num_nodes
+        return ledger.Booking(parameters=float((steps_done // self.refresh_every) * n * (n - 1)
+                                               * self.checkpoint_bytes))
 
     def bytes_per_node_step(self) -> float:
         """Each node's checkpoint to each of its N - 1 peers every K steps: ``(N - 1) x checkpoint / K``."""
@@ -103,53 +113,48 @@ def make_codistillation(config: network.NetworkConfig, model: nn.Module, *, imag
     require(is_real(weight) and weight >= 0, "weight", "a number >= 0", weight)
     require(config.num_nodes >= 2, "num_nodes", "at least 2 (peers to distil from)", config.num_nodes)
     n, b = config.num_nodes, config.batch_size
-    optimizer = optax.adam(network.learning_rate(config))
-    init_node = network.classifier_init(model, optimizer, image_shape)
+    optimizer = optax.adam(classifier.learning_rate(config))
+    init_node = classifier.classifier_init(model, optimizer, image_shape)
     abstract = jax.eval_shape(init_node, jax.random.PRNGKey(0))
     num_params = bandwidth.num_params(abstract.params)
     checkpoint_bytes = 4 * (num_params + bandwidth.num_params(abstract.model_state))
+    own_loss = classifier.classifier_loss(model)
 
     def loss_fn(params, model_state, images, targets, peer_probs, key):
-        (logits, _), new_state = network.apply_classifier(model, params, model_state, to_unit_float(images),
-                                                          train=True, key=key)
-        return cross_entropy(logits, targets) + weight * cross_entropy(logits, peer_probs), (new_state, None)
+        loss, (new_state, (logits, _)) = own_loss(params, model_state, images, targets, key)
+        return loss + weight * cross_entropy(logits, peer_probs), (new_state, None)
 
     node_step = population.make_train_step(loss_fn, optimizer)
-    family = speed.family_of(node_step, abstract, jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                             jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                             jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                             jax.ShapeDtypeStruct((2,), jnp.uint32))
-    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
+    backend, step_loop, _ = classifier.choose_backend(
+        config, node_step, init_node, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
+                                       jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+                                       jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+                                       jax.ShapeDtypeStruct((2,), jnp.uint32)))
     train_nodes = population.lift(node_step, backend=backend)
-    node_predict = network.classifier_predict(model)
+    node_predict = classifier.classifier_predict(model)
     # every stale model on every node's minibatch: [N models, N * B images, C]
     stale_predict = population.lift(lambda params, model_state, images: node_predict(
         population.NodeState(params, model_state, None), images), backend=backend, in_axes=(0, 0, None))
-    augment = network.augmentation(n) if config.augment else None
 
     def init(key: jax.Array) -> CodistillationState:
-        node_key, run_key, _ = jax.random.split(key, 3)  # an isolated network's init
-        nodes = population.init_population(init_node, node_key, n, backend=backend)
-        return CodistillationState(nodes, (nodes.params, nodes.model_state), jnp.zeros((), jnp.int32), run_key)
+        keys = streams.init_keys(key)  # an isolated network's init
+        nodes = population.init_population(init_node, keys.nodes, n, backend=backend)
+        return CodistillationState(nodes, (nodes.params, nodes.model_state), jnp.zeros((), jnp.int32), keys.run)
 
     def step(state: CodistillationState, data: network.NetworkData) -> tuple[CodistillationState,
                                                                                 CodistillationInfo]:
-        key, _, _, k_sample, k_nodes = jax.random.split(state.key, 5)  # an isolated network's draws
-        indices = network.local_batches(k_sample, data, b)  # [N, B]
-        images = data.images[indices]
-        if augment is not None:
-            key, k_augment = jax.random.split(key)
-            images = augment(k_augment, images)
-        targets = jax.nn.one_hot(data.labels[indices], num_classes)
+        keys = streams.step_keys(state.key, augment=config.augment)
+        batch = classifier.minibatch(keys, data, b, num_classes)  # an isolated network's draws
+        images, indices = batch.images, batch.indices
         probs = stale_predict(*state.stale, images.reshape(n * b, *images.shape[2:])).reshape(n, n, b, num_classes)
         # node i's targets: the mean of the other nodes' stale predictions on its own minibatch
         others = (jnp.sum(probs, axis=0) - probs[jnp.arange(n), jnp.arange(n)]) / (n - 1)  # [N, B, C]
-        nodes, (loss, _) = train_nodes(state.nodes, images, targets, jax.lax.stop_gradient(others),
-                                       jax.random.split(k_nodes, n))
+        nodes, (loss, _) = train_nodes(state.nodes, images, batch.targets, jax.lax.stop_gradient(others),
+                                       jax.random.split(keys.nodes, n))
         refreshed = (state.step + 1) % refresh_every == 0
         stale = jax.tree_util.tree_map(lambda new, old: jnp.where(refreshed, new, old),
                                        (nodes.params, nodes.model_state), state.stale)
-        return (CodistillationState(nodes, stale, state.step + 1, key),
+        return (CodistillationState(nodes, stale, state.step + 1, keys.next),
                 CodistillationInfo(loss, indices, refreshed))
 
     predict = jax.jit(population.lift(node_predict, backend=backend, in_axes=(0, None)))
@@ -157,10 +162,15 @@ def make_codistillation(config: network.NetworkConfig, model: nn.Module, *, imag
                           backend, step_loop)
 
 
-def system(cd: Codistillation, split) -> driver.System:
-    """Codistillation as a :class:`jaxcomm.driver.System`: the nodes' mean loss, node average and collective
-    accuracies on ``split`` (:func:`jaxcomm.network.evaluate`)."""
-    return data_parallel.evaluated_system(cd, split, lambda state: state.nodes)
+def codistillation(refresh_every: int, *, weight: float = 1.0, name: str | None = None) -> methods.Method:
+    """Codistillation as a method (:class:`jaxcomm.methods.Method`): every node distils toward its peers' checkpoints
+    refreshed every K = ``refresh_every`` steps; scored by the nodes' collective decision."""
+
+    def build(config, model, *, image_shape, num_classes):
+        return make_codistillation(config, model, image_shape=image_shape, num_classes=num_classes,
+                                   refresh_every=refresh_every, weight=weight)
+
+    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation")
 
 
 def train_codistillation(
@@ -176,12 +186,10 @@ def train_codistillation(
     checkpointer: Checkpointer | None = None,
     divergence: float | None = driver.DIVERGENCE,
 ) -> dict:
-    """Trains with codistillation and evaluates the nodes every ``eval_every`` steps.
+    """Trains with codistillation and evaluates the nodes every ``eval_every`` steps (:func:`jaxcomm.methods.train`).
 
-    Returns :func:`jaxcomm.driver.train`'s dict plus ``system`` (the :class:`Codistillation`, with its bytes).
+    Returns :func:`jaxcomm.methods.train`'s dict plus ``system`` (the :class:`Codistillation`, with its bytes).
     """
-    cd = make_codistillation(config, model, image_shape=dataset.train.images.shape[1:],
-                             num_classes=dataset.num_classes, refresh_every=refresh_every, weight=weight)
-    return data_parallel.train_evaluated(system(cd, getattr(dataset, eval_split)), cd, dataset,
-                                         progress=progress, desc=desc, checkpointer=checkpointer,
-                                         divergence=divergence)
+    out = methods.train(codistillation(refresh_every, weight=weight), config, model, dataset, eval_split=eval_split,
+                        progress=progress, desc=desc, checkpointer=checkpointer, divergence=divergence)
+    return out | {"system": out["built"]}

@@ -4,8 +4,9 @@ The baseline thesis ch. 2 argues against (§1.3.2.2, §2.1): N nodes hold the
 same disjoint shards as a :mod:`jaxcomm.network`, but train ONE shared model.
 Every step each node
 
-1. draws a minibatch of its own shard (:func:`jaxcomm.network.local_batches`)
-   and computes the gradient of the shared model on it (per-node code lifted
+1. draws a minibatch of its own shard (:func:`jaxcomm.classifier.minibatch`, the same
+   draws as an isolated network of the same seed: :mod:`jaxcomm.streams`) and computes
+   the gradient of the shared model on it (per-node code lifted
    by :func:`jaxcomm.population.lift`);
 2. compresses it with its own :class:`jaxcomm.compression.Compressor` (and
    error-feedback memory), and sends it;
@@ -18,7 +19,7 @@ without batch statistics).
 
 It reads the same :class:`jaxcomm.network.NetworkConfig` as a network (nodes,
 shards, batch, optimiser, augmentation, schedule; the message fields do not
-apply) and is its own :class:`jaxcomm.driver.System`.
+apply); :func:`sync_sgd` makes it a method (:class:`jaxcomm.methods.Method`).
 """
 
 from __future__ import annotations
@@ -30,14 +31,11 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
-from jaxcomm import bandwidth, compression, driver, network, population, powersgd, speed
+from jaxcomm import bandwidth, classifier, compression, driver, ledger, methods, network, population, powersgd, streams
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
-from jaxcomm.exchange import cross_entropy
-from jaxcomm.models import to_unit_float
 
 
 class DataParallelState(NamedTuple):
@@ -85,6 +83,21 @@ class DataParallel:
     backend: str
     step_loop: str
     summed: bool = False
+    layout = None  # one shared model: nothing to hold apart
+
+    def models_of(self, state: DataParallelState) -> population.NodeState:
+        """The one shared model (a population of one)."""
+        return state.nodes
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
+        """Every step's gradient exchange (:meth:`bytes_per_node_step`): a ring all-reduce of the dense or summed
+        gradients, or an all-gather of compressed messages."""
+        n = self.config.num_nodes
+        if self.dense:
+            return ledger.allreduce(n, self.num_params, steps_done)
+        if self.summed:
+            return ledger.Booking(parameters=steps_done * n * 2 * (n - 1) / n * self.message_bytes)
+        return ledger.allgather(n, self.message_bytes, steps_done)
 
     def bytes_per_node_step(self) -> float:
         """Bytes each node sends per step.
@@ -122,8 +135,8 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
       optimizer: of the shared model (default Adam at the config's rate and schedule).
     """
     n, b = config.num_nodes, config.batch_size
-    optimizer = optimizer or optax.adam(network.learning_rate(config))
-    init_model = network.classifier_init(model, optimizer, image_shape)
+    optimizer = optimizer or optax.adam(classifier.learning_rate(config))
+    init_model = classifier.classifier_init(model, optimizer, image_shape)
     dense = compressor is None
     compressor = compression.make("none") if dense else compressor
     summed = isinstance(compressor, powersgd.CollectiveCompressor)
@@ -131,81 +144,71 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
     shapes = abstract.params
     num_params = bandwidth.num_params(shapes)
 
+    node_loss = classifier.classifier_loss(model)
+
     def node_gradient(params, model_state, images, targets, key):
         """One node's gradient of the shared model on its minibatch, its loss and batch statistics."""
-
-        def loss_fn(params):
-            (logits, _), new_state = network.apply_classifier(model, params, model_state, to_unit_float(images),
-                                                              train=True, key=key)
-            return cross_entropy(logits, targets), new_state
-
-        (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        (loss, (new_state, _)), grads = jax.value_and_grad(node_loss, has_aux=True)(params, model_state, images,
+                                                                                    targets, key)
         return grads, loss, new_state
 
-    family = speed.family_of(node_gradient, shapes, abstract.model_state,
-                             jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                             jax.ShapeDtypeStruct((b, num_classes), jnp.float32), jax.random.PRNGKey(0))
-    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
+    # timed as one node's gradient step on the shared model (the optimiser step is the shared model's, once)
+    timed = lambda state, images, targets, key: (state, node_gradient(state.params, state.model_state, images,  # noqa: E731
+                                                                     targets, key))
+    backend, step_loop, _ = classifier.choose_backend(
+        config, timed, init_model, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
+                                    jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+                                    jax.ShapeDtypeStruct((2,), jnp.uint32)))
     gradients = population.lift(node_gradient, backend=backend, in_axes=(None, None, 0, 0, 0))
     compress = None if summed else population.lift(compressor.update, backend=backend)
-    mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)
-    augment = network.augmentation(n) if config.augment else None
+    mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
 
     def init(key: jax.Array) -> DataParallelState:
-        model_key, run_key = jax.random.split(key)
-        shared = init_model(model_key)
+        keys = streams.init_keys(key)
+        shared = init_model(keys.nodes)
+        memory_key = streams.named(keys.nodes, "compressor")
         if summed:
-            memory = compressor.init(shared.params, n, model_key)
+            memory = compressor.init(shared.params, n, memory_key)
         else:
-            memory = population.init_population(lambda _: compressor.init(shared.params), model_key, n,
+            memory = population.init_population(lambda _: compressor.init(shared.params), memory_key, n,
                                                 backend="vmap")
-        return DataParallelState(population.stack([shared]), memory, jnp.zeros((), jnp.int32), run_key)
+        return DataParallelState(population.stack([shared]), memory, jnp.zeros((), jnp.int32), keys.run)
 
     def step(state: DataParallelState, data: network.NetworkData) -> tuple[DataParallelState, DataParallelInfo]:
-        key, k_sample, k_nodes, k_compress, k_augment = jax.random.split(state.key, 5)
-        indices = network.local_batches(k_sample, data, b)  # [N, B]
-        images = data.images[indices]
-        if augment is not None:
-            images = augment(k_augment, images)
-        targets = jax.nn.one_hot(data.labels[indices], num_classes)
+        keys = streams.step_keys(state.key, augment=config.augment)
+        batch = classifier.minibatch(keys, data, b, num_classes)  # an isolated network's draws
         shared = population.node(state.nodes, 0)
-        grads, loss, model_state = gradients(shared.params, shared.model_state, images, targets,
-                                             jax.random.split(k_nodes, n))
+        grads, loss, model_state = gradients(shared.params, shared.model_state, batch.images, batch.targets,
+                                             jax.random.split(keys.nodes, n))
         if summed:
             grad, memory = compressor.reduce(grads, state.memory)
         else:
-            sent, memory = compress(grads, state.memory, jax.random.split(k_compress, n))
+            sent, memory = compress(grads, state.memory, jax.random.split(streams.named(state.key, "compress"), n))
             grad = mean_over_nodes(sent)  # the all-reduce
         updates, opt_state = optimizer.update(grad, shared.opt_state, shared.params)
         shared = population.NodeState(optax.apply_updates(shared.params, updates), mean_over_nodes(model_state),
                                       opt_state)
-        return DataParallelState(population.stack([shared]), memory, state.step + 1, key), DataParallelInfo(loss,
-                                                                                                           indices)
+        return (DataParallelState(population.stack([shared]), memory, state.step + 1, keys.next),
+                DataParallelInfo(loss, batch.indices))
 
-    predict = jax.jit(population.lift(network.classifier_predict(model), backend="loop", in_axes=(0, None)))
+    predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return DataParallel(config, init, step, predict, compressor.message_bytes(shapes), num_params, dense, backend,
                         step_loop, summed)
 
 
-def system(dp: DataParallel, split) -> driver.System:
-    """Sync SGD as a :class:`jaxcomm.driver.System`: records the nodes' mean loss and the shared model's
-    accuracies on ``split`` (:func:`jaxcomm.network.evaluate` of one model: every collective accuracy is its own)."""
-    return evaluated_system(dp, split, lambda state: state.nodes)
+def sync_sgd(compressor: compression.Compressor | powersgd.CollectiveCompressor | None = None, *,
+             name: str | None = None) -> methods.Method:
+    """Synchronous SGD as a method (:class:`jaxcomm.methods.Method`): one shared model, every node's gradient
+    (compressed by ``compressor``: :func:`jaxcomm.compression.make`, or :func:`jaxcomm.powersgd.power_sgd`; None:
+    dense) averaged every step; scored by the shared model's accuracy."""
 
+    def build(config, model, *, image_shape, num_classes):
+        return make_data_parallel(config, model, image_shape=image_shape, num_classes=num_classes,
+                                  compressor=compressor)
 
-def evaluated_system(built, split, models_of: Callable) -> driver.System:
-    """A baseline on the network's shards (sync SGD, local SGD, codistillation) as a :class:`jaxcomm.driver.System`:
-    ``built`` has ``init``, ``step``, ``predict``, ``step_loop`` and may have a ``layout``
-    (:class:`jaxcomm.driver.Layout`); ``models_of(state)`` are the models evaluated on ``split`` (a population: one
-    shared model, or every node's; :func:`jaxcomm.network.evaluate`); its infos have ``loss [N]`` and ``indices``."""
-
-    def evaluate(state, infos, steps_done: int) -> dict:
-        probs = network.predict_in_batches(built, models_of(state), split.images)
-        return {"loss": float(np.mean(population.to_host(infos.loss))), **network.evaluate(probs, split.labels)}
-
-    return driver.System(built.init, built.step, evaluate, losses=lambda infos: infos.loss,
-                         summarize=network.summarize_info, step_loop=built.step_loop,
-                         postfix=network.progress_postfix, layout=getattr(built, "layout", None))
+    dense = compressor is None
+    return methods.Method(name or ("sync_sgd" if dense else "compressed_sgd"), build,
+                          family="sync" if dense else "compressed", score="model")
 
 
 def train_data_parallel(
@@ -220,24 +223,12 @@ def train_data_parallel(
     checkpointer: Checkpointer | None = None,
     divergence: float | None = driver.DIVERGENCE,
 ) -> dict:
-    """Trains with synchronous SGD and evaluates the shared model every ``eval_every`` steps.
+    """Trains with synchronous SGD and evaluates the shared model every ``eval_every`` steps
+    (:func:`jaxcomm.methods.train` of :func:`sync_sgd`).
 
-    Returns :func:`jaxcomm.driver.train`'s dict (its ``avg_accuracy`` and collective
-    accuracies are the one model's accuracy) plus ``system`` (the :class:`DataParallel`,
-    with its byte counts).
+    Returns :func:`jaxcomm.methods.train`'s dict (its ``avg_accuracy`` and collective accuracies are the one
+    model's accuracy) plus ``system`` (the :class:`DataParallel`, with its byte counts).
     """
-    dp = make_data_parallel(config, model, image_shape=dataset.train.images.shape[1:],
-                            num_classes=dataset.num_classes, compressor=compressor)
-    return train_evaluated(system(dp, getattr(dataset, eval_split)), dp, dataset, progress=progress, desc=desc,
-                           checkpointer=checkpointer, divergence=divergence)
-
-
-def train_evaluated(system_: driver.System, built, dataset: ImageDataset, *, progress: bool, desc: str | None,
-                    checkpointer: Checkpointer | None, divergence: float | None) -> dict:
-    """Runs ``system_`` (of ``built``, a baseline with a ``config``: sync SGD, local SGD, codistillation) under the
-    driver on ``dataset``'s shards for its config's steps; :func:`jaxcomm.driver.train`'s dict plus ``system``."""
-    config = built.config
-    out = driver.train(system_, network.network_data(dataset, config), num_steps=config.num_steps,
-                       eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
-                       desc=desc, checkpointer=checkpointer, divergence=divergence)
-    return out | {"system": built}
+    out = methods.train(sync_sgd(compressor), config, model, dataset, eval_split=eval_split, progress=progress,
+                        desc=desc, checkpointer=checkpointer, divergence=divergence)
+    return out | {"system": out["built"]}

@@ -33,11 +33,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcomm import bandwidth, data_parallel, driver, network, population, speed
+from jaxcomm import bandwidth, classifier, driver, ledger, methods, network, population, streams
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
-from jaxcomm.exchange import cross_entropy
-from jaxcomm.models import to_unit_float
 from jaxcomm.validation import require
 
 
@@ -84,9 +82,17 @@ class LocalSGD:
 
     @property
     def layout(self) -> driver.Layout | None:
-        """How the "eager" step loop holds the state within a chunk (:func:`jaxcomm.network.layout_for`): under
+        """How the "eager" step loop holds the state within a chunk (:func:`jaxcomm.classifier.layout_for`): under
         the "loop" lift node states apart, regrouped at each round's end only."""
-        return network.layout_for(self.backend)
+        return classifier.layout_for(self.backend)
+
+    def models_of(self, state: LocalSGDState) -> population.NodeState:
+        """The global model (a population of one)."""
+        return state.global_model
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
+        """One ring all-reduce of the parameters at every round's end (``steps_done // H`` rounds)."""
+        return ledger.allreduce(self.config.num_nodes, self.num_params, steps_done // self.sync_every)
 
     def bytes_per_node_step(self) -> float:
         """One ring all-reduce of the float32 parameters every H steps: ``2 (N-1)/N x 4 P / H``."""
@@ -120,45 +126,36 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
     """
     require(isinstance(sync_every, int) and sync_every >= 1, "sync_every", "an integer >= 1", sync_every)
     n, b = config.num_nodes, config.batch_size
-    inner = inner or optax.adam(network.learning_rate(config))
+    inner = inner or optax.adam(classifier.learning_rate(config))
     outer = outer or diloco_outer()
-    init_model = network.classifier_init(model, inner, image_shape)
+    init_model = classifier.classifier_init(model, inner, image_shape)
     abstract = jax.eval_shape(init_model, jax.random.PRNGKey(0))
     num_params = bandwidth.num_params(abstract.params)
-
-    def loss_fn(params, model_state, images, targets, key):
-        (logits, _), new_state = network.apply_classifier(model, params, model_state, to_unit_float(images),
-                                                          train=True, key=key)
-        return cross_entropy(logits, targets), (new_state, None)
-
-    node_step = population.make_train_step(loss_fn, inner)  # (state, images, targets, key) -> (state, (loss, _))
-    family = speed.family_of(node_step, abstract, jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                             jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                             jax.ShapeDtypeStruct((2,), jnp.uint32))
-    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop)
+    # (state, images, targets, key) -> (state, (loss, outputs))
+    node_step = population.make_train_step(classifier.classifier_loss(model), inner)
+    backend, step_loop, _ = classifier.choose_backend(
+        config, node_step, init_model, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
+                                        jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+                                        jax.ShapeDtypeStruct((2,), jnp.uint32)))
     train_nodes = population.lift(node_step, backend=backend)
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
-    augment = network.augmentation(n) if config.augment else None
 
     def init(key: jax.Array) -> LocalSGDState:
-        model_key, run_key = jax.random.split(key)
-        start = init_model(model_key)
+        keys = streams.init_keys(key)  # synchronous SGD's: the same initial model
+        start = init_model(keys.nodes)
         nodes = population.stack([start] * n)  # every node starts from the global model
         global_model = population.NodeState(start.params, start.model_state, outer.init(start.params))
-        return LocalSGDState(nodes, population.stack([global_model]), jnp.zeros((), jnp.int32), run_key)
+        return LocalSGDState(nodes, population.stack([global_model]), jnp.zeros((), jnp.int32), keys.run)
 
     def step(state: LocalSGDState, data: network.NetworkData) -> tuple[LocalSGDState, LocalSGDInfo]:
-        key, k_sample, k_nodes, _, k_augment = jax.random.split(state.key, 5)  # data_parallel's draws
-        indices = network.local_batches(k_sample, data, b)  # [N, B]
-        images = data.images[indices]
-        if augment is not None:
-            images = augment(k_augment, images)
-        targets = jax.nn.one_hot(data.labels[indices], num_classes)
-        nodes, (loss, _) = population.state_and_aux(train_nodes(state.nodes, images, targets,
-                                                                jax.random.split(k_nodes, n)))
+        keys = streams.step_keys(state.key, augment=config.augment)
+        batch = classifier.minibatch(keys, data, b, num_classes)  # an isolated network's draws
+        nodes, (loss, _) = population.state_and_aux(train_nodes(state.nodes, batch.images, batch.targets,
+                                                                jax.random.split(keys.nodes, n)))
         synced = (state.step + 1) % sync_every == 0
         nodes, global_model = population.when_due(synced, sync, nodes, state.global_model)
-        return LocalSGDState(nodes, global_model, state.step + 1, key), LocalSGDInfo(loss, indices, synced)
+        return LocalSGDState(nodes, global_model, state.step + 1, keys.next), LocalSGDInfo(loss, batch.indices,
+                                                                                           synced)
 
     @jax.jit  # one program whether called in a jitted step or eagerly at a round's end
     def sync(nodes: population.NodeState, global_model: population.NodeState):
@@ -174,14 +171,27 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
                                        nodes.opt_state)  # inner optimiser states stay with their nodes
         return restart, population.stack([glob])
 
-    predict = jax.jit(population.lift(network.classifier_predict(model), backend="loop", in_axes=(0, None)))
+    predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop)
 
 
-def system(ls: LocalSGD, split) -> driver.System:
-    """Local SGD as a :class:`jaxcomm.driver.System`: the nodes' mean loss and the global model's accuracies on
-    ``split`` (one model: every collective accuracy is its own)."""
-    return data_parallel.evaluated_system(ls, split, lambda state: state.global_model)
+def local_sgd(sync_every: int, *, outer: optax.GradientTransformation | None = None,
+              name: str | None = None) -> methods.Method:
+    """Local SGD / DiLoCo as a method (:class:`jaxcomm.methods.Method`): H = ``sync_every`` inner steps, then the
+    outer step (default :func:`local_sgd_outer`, plain averaging); scored by the global model's accuracy."""
+    outer = outer or local_sgd_outer()
+
+    def build(config, model, *, image_shape, num_classes):
+        return make_local_sgd(config, model, image_shape=image_shape, num_classes=num_classes,
+                              sync_every=sync_every, outer=outer)
+
+    return methods.Method(name or f"local_sgd_h{sync_every}", build, family="local_sgd", score="model")
+
+
+def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9,
+           name: str | None = None) -> methods.Method:
+    """DiLoCo as a method: :func:`local_sgd` with the Nesterov outer optimiser (:func:`diloco_outer`)."""
+    return local_sgd(sync_every, outer=diloco_outer(learning_rate, momentum), name=name or f"diloco_h{sync_every}")
 
 
 def train_local_sgd(
@@ -197,12 +207,12 @@ def train_local_sgd(
     checkpointer: Checkpointer | None = None,
     divergence: float | None = driver.DIVERGENCE,
 ) -> dict:
-    """Trains with local SGD / DiLoCo and evaluates the global model every ``eval_every`` steps.
+    """Trains with local SGD / DiLoCo (default: DiLoCo's outer optimiser) and evaluates the global model every
+    ``eval_every`` steps (:func:`jaxcomm.methods.train`).
 
-    Returns :func:`jaxcomm.driver.train`'s dict plus ``system`` (the :class:`LocalSGD`, with its byte counts).
+    Returns :func:`jaxcomm.methods.train`'s dict plus ``system`` (the :class:`LocalSGD`, with its byte counts).
     """
-    ls = make_local_sgd(config, model, image_shape=dataset.train.images.shape[1:], num_classes=dataset.num_classes,
-                        sync_every=sync_every, outer=outer)
-    return data_parallel.train_evaluated(system(ls, getattr(dataset, eval_split)), ls, dataset,
-                                         progress=progress, desc=desc, checkpointer=checkpointer,
-                                         divergence=divergence)
+    method = local_sgd(sync_every, outer=outer or diloco_outer())
+    out = methods.train(method, config, model, dataset, eval_split=eval_split, progress=progress, desc=desc,
+                        checkpointer=checkpointer, divergence=divergence)
+    return out | {"system": out["built"]}

@@ -49,10 +49,28 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import decision, driver, inbox, population, speed, topology
+from jaxcomm import bandwidth, classifier, driver, inbox, ledger, population, speed, streams, topology
 from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
-from jaxcomm.data import ImageDataset, partition
+from jaxcomm.classifier import (  # noqa: F401  the kit's names, re-exported where research code found them
+    NODES_APART,
+    apply_classifier,
+    augmentation,
+    classifier_init,
+    classifier_predict,
+    evaluate,
+    feature_dim,
+    flip_and_crop,
+    in_dtype,
+    layout_for,
+    learning_rate,
+    local_batches,
+    predict_in_batches,
+    progress_postfix,
+    shards_of,
+    summarize_info,
+)
+from jaxcomm.data import ImageDataset
 from jaxcomm.exchange import CONTENTS, cross_entropy
 from jaxcomm.models import to_unit_float
 from jaxcomm.validation import is_int, is_real, require
@@ -256,22 +274,7 @@ def settings(config: NetworkConfig) -> Settings:
     return Settings(*(np.float32(getattr(config, name)) for name in Settings._fields))
 
 
-class NetworkData(NamedTuple):
-    """The arrays a network step reads, on the device once.
-
-    Attributes:
-      images: ``[M, H, W, C] uint8``, the whole training split.
-      labels: ``[M] int32``.
-      shard_indices: ``[N, S] int32`` rows of node n's shard (padded).
-      shard_sizes: ``[N] int32`` real sizes; node n samples positions < size.
-      settings: the run's :class:`Settings`.
-    """
-
-    images: jax.Array
-    labels: jax.Array
-    shard_indices: jax.Array
-    shard_sizes: jax.Array
-    settings: Settings
+NetworkData = classifier.ShardData  # the arrays a network step reads (images, labels, shards, Settings)
 
 
 class NetworkState(NamedTuple):
@@ -289,6 +292,8 @@ class NetworkState(NamedTuple):
       up: ``[N] bool`` nodes not down by a random failure.
       alive: ``[N] bool`` nodes that took part in the last step (up and not
         scheduled down): the reachable nodes of a collective decision.
+      param_copies: ``[] int32`` parameter messages gossip averaging has sent (one per live edge and
+        round), booked in the byte ledger (:func:`booking`).
     """
 
     nodes: population.NodeState
@@ -299,6 +304,7 @@ class NetworkState(NamedTuple):
     graph_key: jax.Array
     up: jax.Array
     alive: jax.Array
+    param_copies: jax.Array
 
 
 class StepInfo(NamedTuple):
@@ -319,60 +325,6 @@ class StepInfo(NamedTuple):
     indices: jax.Array
     source: jax.Array
     alive: jax.Array
-
-
-def flip_and_crop(key: jax.Array, images: jax.Array, *, pad: int = 4) -> jax.Array:
-    """Random horizontal flips and random ``pad``-pixel-padded crops of ``images [B, H, W, C]`` (any dtype)."""
-    b, h, w, c = images.shape
-    k_flip, k_shift = jax.random.split(key)
-    flip = jax.random.bernoulli(k_flip, 0.5, (b,))
-    images = jnp.where(flip[:, None, None, None], images[:, :, ::-1], images)
-    padded = jnp.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    corner = jax.random.randint(k_shift, (b, 2), 0, 2 * pad + 1)
-    crop = lambda image, at: jax.lax.dynamic_slice(image, (at[0], at[1], 0), (h, w, c))
-    return jax.vmap(crop)(padded, corner)
-
-
-def local_batches(key: jax.Array, data: NetworkData, batch_size: int) -> jax.Array:
-    """``[N, B]`` training-set rows: each node's minibatch, drawn with replacement from its own shard only."""
-    n = data.shard_indices.shape[0]
-    position = jax.random.randint(key, (n, batch_size), 0, data.shard_sizes[:, None])
-    return jnp.take_along_axis(data.shard_indices, position, axis=1)
-
-
-def apply_classifier(model: nn.Module, params, model_state, x: jax.Array, *, train: bool, key=None):
-    """``((logits [B, C], features [B, F]), model_state)`` of a classifier on float images ``x``.
-
-    In training, mutable collections (BatchNorm's ``batch_stats``) are updated
-    and returned; ``key`` feeds the "dropout" rng.
-    """
-    variables = {"params": params, **model_state}
-    rngs = {"dropout": key} if key is not None else None
-    if train and model_state:
-        return model.apply(variables, x, train=True, rngs=rngs, mutable=list(model_state))
-    return model.apply(variables, x, train=train, rngs=rngs), model_state
-
-
-def in_dtype(apply: Callable, dtype) -> Callable:
-    """``apply(params, model_state, x, **kw) -> (outputs, model_state)`` computing in ``dtype`` (mixed precision).
-
-    Float parameters and the input are cast to ``dtype`` on the way in and the outputs back to float32 on
-    the way out, so the caller keeps float32 parameters (their gradients come back float32 through the
-    cast), model state and optimiser state, as flax's ``dtype``/``param_dtype`` split does. Model state
-    (BatchNorm statistics) is not cast: flax reduces it in float32.
-    """
-    dtype = jnp.dtype(dtype)
-    if dtype == jnp.float32:
-        return apply
-
-    def cast(tree, to):
-        return jax.tree.map(lambda a: a.astype(to) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
-
-    def apply_in(params, model_state, x, **kwargs):
-        outputs, model_state = apply(cast(params, dtype), model_state, x.astype(dtype), **kwargs)
-        return cast(outputs, jnp.float32), model_state
-
-    return apply_in
 
 
 class NodeProgram(NamedTuple):
@@ -403,50 +355,6 @@ class NodeProgram(NamedTuple):
     payload_dim: int
     family: str | None = None
     divergence: float | None = driver.DIVERGENCE
-
-
-def learning_rate(config, peak: float | jax.Array | None = None) -> float | jax.Array | optax.Schedule:
-    """Adam's step size for ``config.lr_schedule``: a constant, or a schedule of the update count.
-
-    Reads ``learning_rate`` (unless ``peak`` replaces it, e.g. a sweep's traced value),
-    ``lr_schedule`` and ``num_steps`` of a :class:`NetworkConfig` (or any config with those fields).
-    """
-    peak = config.learning_rate if peak is None else peak
-    if config.lr_schedule == "cosine":
-        return optax.cosine_decay_schedule(peak, decay_steps=max(config.num_steps, 1))
-    return peak
-
-
-def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
-                    image_shape: tuple[int, ...]) -> Callable[[jax.Array], population.NodeState]:
-    """``init(key) -> NodeState`` of one Flax classifier with ``optimizer``'s state."""
-    dummy = jnp.zeros((1, *image_shape), jnp.float32)
-
-    def init_node(key: jax.Array) -> population.NodeState:
-        variables = dict(model.init(key, dummy))
-        params = variables.pop("params")
-        return population.NodeState(params, variables, optimizer.init(params))
-
-    return init_node
-
-
-def classifier_predict(model: nn.Module, compute_dtype: str = "float32"
-                       ) -> Callable[[population.NodeState, jax.Array], jax.Array]:
-    """``predict(state, images uint8 [M, H, W, C]) -> probs [M, C]`` of one Flax classifier node, its
-    forward pass in ``compute_dtype``."""
-    apply = in_dtype(functools.partial(apply_classifier, model), compute_dtype)
-
-    def predict_node(state: population.NodeState, images):
-        (logits, _), _ = apply(state.params, state.model_state, to_unit_float(images), train=False)
-        return jax.nn.softmax(logits)
-
-    return predict_node
-
-
-def feature_dim(model: nn.Module, image_shape: tuple[int, ...]) -> int:
-    """F, the width of a classifier's features (from shapes only)."""
-    dummy = jnp.zeros((1, *image_shape), jnp.float32)
-    return jax.eval_shape(lambda: model.apply(model.init(jax.random.PRNGKey(0), dummy), dummy)[1]).shape[-1]
 
 
 def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
@@ -504,6 +412,8 @@ class Network:
       family: the speed family the backend was chosen for.
       divergence: the node program's divergence watch (:attr:`NodeProgram.divergence`), what
         :func:`train_network` stops on unless told otherwise.
+      sample_bytes: bytes of one input as held (a uint8 image), what a message's inputs cost.
+      node_values: values a node holds (parameters and model state), what gossip sends per edge.
     """
 
     config: NetworkConfig
@@ -517,11 +427,21 @@ class Network:
     message_bytes: int
     family: str
     divergence: float | None
+    sample_bytes: int = 0
+    node_values: int = 0
 
     @property
     def layout(self) -> driver.Layout | None:
         """How the "eager" step loop holds the state within a chunk (:func:`layout_for`)."""
         return layout_for(self.backend)
+
+    def models_of(self, state: NetworkState) -> population.NodeState:
+        """The models evaluated: every node's."""
+        return state.nodes
+
+    def booking(self, state: NetworkState, steps_done: int = 0, data_model: str | None = None) -> ledger.Booking:
+        """What the network has sent so far (:func:`booking`)."""
+        return booking(self, state, data_model=data_model)
 
 
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
@@ -544,11 +464,6 @@ def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax
         return up, up & ~scheduled
 
     return failures
-
-
-def augmentation(num_nodes: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    """``augment(key, images [N, B, H, W, C]) -> images``: every node's own flips and crops."""
-    return lambda key, images: jax.vmap(flip_and_crop)(jax.random.split(key, num_nodes), images)
 
 
 def gossip_due(step, every: int):
@@ -636,12 +551,8 @@ def make_network(
                  jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
                  jax.ShapeDtypeStruct((b, payload_dim), jnp.float32), jax.ShapeDtypeStruct((), bool),
                  jax.ShapeDtypeStruct((2,), jnp.uint32))
-    family = program.family or speed.family_of(program.train, jax.eval_shape(program.init, jax.random.PRNGKey(0)),
-                                               *node_args)
-    timer = (speed.step_timer(program.train, program.init, n, node_args)
-             if speed.autotune_enabled() and population.AUTO in (config.backend, config.step_loop) else None)
-    backend, step_loop = speed.choose(family, n, batch_size=b, backend=config.backend, step_loop=config.step_loop,
-                                      timer=timer)
+    backend, step_loop, family = classifier.choose_backend(config, program.train, program.init, node_args,
+                                                           family=program.family)
     predict = population.lift(program.predict, backend=backend, in_axes=(0, None))
     predict = predict if step_loop == "eager" else jax.jit(predict)
 
@@ -657,31 +568,30 @@ def make_network(
     # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
     node_step = population.lift(node_train, backend=backend,
                                 in_axes=(None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ()))
-    augment = augmentation(n) if config.augment else None
     mix = gossip(config.gossip_every) if config.gossip_every else None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
 
     def init(key: jax.Array) -> NetworkState:
-        node_key, run_key, graph_key = jax.random.split(key, 3)
-        nodes = population.init_population(program.init, node_key, n, backend=backend)
+        keys = streams.init_keys(key)
+        nodes = population.init_population(program.init, keys.nodes, n, backend=backend)
         box = inbox.init(n, config.inbox_capacity, b, payload_dim) if sends else None
         everyone = jnp.ones((n,), bool)
-        return NetworkState(nodes, box, jnp.asarray(graph_fn(graph_key, jnp.zeros((), jnp.int32)), bool),
-                            jnp.zeros((), jnp.int32), run_key, graph_key, everyone, everyone)
+        return NetworkState(nodes, box, jnp.asarray(graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool),
+                            jnp.zeros((), jnp.int32), keys.run, keys.graph, everyone, everyone,
+                            jnp.zeros((), jnp.int32))
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         tuned = data.settings
-        key, k_consume, k_broadcast, k_sample, k_nodes = jax.random.split(state.key, 5)
-        want = jax.random.bernoulli(k_consume, tuned.consume_prob, (n,))
-        broadcast = jax.random.bernoulli(k_broadcast, tuned.broadcast_prob, (n,))
+        keys = streams.step_keys(state.key, failures=failures is not None, augment=config.augment)
+        want = jax.random.bernoulli(keys.consume, tuned.consume_prob, (n,))
+        broadcast = jax.random.bernoulli(keys.broadcast, tuned.broadcast_prob, (n,))
         up, alive, box = state.up, state.alive, state.inbox
-        if failures is not None:  # a separate key stream: runs without failures are unchanged
-            key, k_fail = jax.random.split(key)
-            up, alive = failures(state.up, state.step, k_fail, tuned)
+        if failures is not None:
+            up, alive = failures(state.up, state.step, keys.failures, tuned)
             want, broadcast = want & alive, broadcast & alive
             if lose_inbox:
                 box = inbox.clear(box, state.alive & ~alive)
-        local = local_batches(k_sample, data, b)  # [N, B]
+        local = classifier.local_batches(keys.sample, data, b)  # [N, B]
         local_targets = jax.nn.one_hot(data.labels[local], num_classes)
         got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
@@ -690,16 +600,16 @@ def make_network(
             box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0))
             indices = jnp.where(got[:, None], message.indices, local)
             payload, source = message.payload, jnp.where(got, message.sender, -1)
-        images = data.images[indices]  # [N, B, H, W, C] uint8
-        if augment is not None:  # its own key: runs without augmentation are unchanged
-            key, k_augment = jax.random.split(key)
-            images = augment(k_augment, images)
+        images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
         nodes, (loss, outgoing) = population.state_and_aux(node_step(
-            tuned, state.nodes, images, local_targets, payload, got, jax.random.split(k_nodes, n),
+            tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
             *((alive,) if failures is not None else ())))
+        param_copies = state.param_copies
         if mix is not None:
             live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
             nodes = mix(state.step, live, nodes)
+            param_copies = param_copies + jnp.where(gossip_due(state.step, config.gossip_every),
+                                                    jnp.sum(live, dtype=jnp.int32), 0)
         adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got
@@ -708,72 +618,22 @@ def make_network(
                                  jnp.full((n,), state.step, jnp.int32))
             receivers = adj & alive[None, :] if failures is not None else adj
             box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
-        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=key, up=up, alive=alive)
+        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=keys.next, up=up,
+                                   alive=alive, param_copies=param_copies)
         return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
 
+    sample_bytes = int(np.prod(image_shape))
+    abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only
     return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange,
-                   exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=int(np.prod(image_shape)),
-                                           data_model=config.data_model), family, program.divergence)
-
-
-def shards_of(labels: np.ndarray, config: NetworkConfig):
-    """The config's partition of the training split over its N nodes (:func:`jaxcomm.data.partition`)."""
-    return partition(labels, config.num_nodes, scheme=config.partition, alpha=config.dirichlet_alpha,
-                     seed=config.seed)
+                   exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
+                                           data_model=config.data_model), family, program.divergence,
+                   sample_bytes, bandwidth.num_params((abstract.params, abstract.model_state)))
 
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
-    """Partitions the training split into N shards and puts everything on the device."""
-    shards = shards_of(dataset.train.labels, config)
-    return NetworkData(
-        images=jnp.asarray(dataset.train.images, jnp.uint8),
-        labels=jnp.asarray(dataset.train.labels, jnp.int32),
-        shard_indices=jnp.asarray(shards.indices, jnp.int32),
-        shard_sizes=jnp.asarray(shards.sizes, jnp.int32),
-        settings=settings(config),
-    )
-
-
-def predict_in_batches(network: Network, nodes, images: np.ndarray, *, batch_size: int = 1000) -> np.ndarray:
-    """Every node's class probabilities on ``images``: ``[N, M, C]`` float32.
-
-    Pads the last batch so one compiled shape serves all batches.
-    """
-    predict, m = network.predict, len(images)
-    batch_size = min(batch_size, m)
-    out = []
-    for start in range(0, m, batch_size):
-        chunk = images[start:start + batch_size]
-        pad = batch_size - len(chunk)
-        if pad:
-            chunk = np.concatenate([chunk, np.zeros((pad, *chunk.shape[1:]), chunk.dtype)])
-        out.append(population.to_host(predict(nodes, jnp.asarray(chunk)))[:, : batch_size - pad])
-    return np.concatenate(out, axis=1)
-
-
-def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | None = None) -> dict:
-    """Accuracies (%) of N nodes' predictions ``probs [N, M, C]`` on ``labels [M]``.
-
-    Args:
-      probs: every node's class probabilities.
-      labels: true classes.
-      reachable: ``[N] bool`` nodes the collective decision may ask (default all).
-
-    Returns:
-      ``avg_accuracy`` (mean over all nodes), ``node_accuracies`` ``[N]``,
-      ``collective_accuracy`` per weighting of :data:`jaxcomm.decision.WEIGHTINGS`
-      over the reachable nodes (each None when no node is reachable: there is no
-      collective decision to take), and ``reachable`` (how many), all computed
-      from the same predictions.
-    """
-    probs, labels = jnp.asarray(probs), jnp.asarray(labels)
-    mask = None if reachable is None else jnp.asarray(reachable, bool)
-    per_node = 100.0 * np.asarray(decision.node_accuracies(probs, labels))
-    count = len(per_node) if mask is None else int(mask.sum())
-    collective = {w: (100.0 * float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
-                      if count else None) for w in decision.WEIGHTINGS}
-    return {"avg_accuracy": float(per_node.mean()), "node_accuracies": per_node.tolist(),
-            "collective_accuracy": collective, "reachable": count}
+    """Partitions the training split into N shards and puts everything on the device (the run's
+    :class:`Settings` beside them)."""
+    return classifier.shard_data(dataset, config, settings(config))
 
 
 def counter_totals(state) -> dict:
@@ -790,22 +650,17 @@ Evaluator = Callable[["Network", "NetworkState", int], dict]
 
 
 def accuracy_evaluator(split, *, also: Mapping[str, Any] | None = None) -> Evaluator:
-    """The classifier metrics of :func:`evaluate` on ``split`` (images, labels), over the reachable nodes.
+    """The classifier metrics of :func:`jaxcomm.classifier.evaluate` on ``split`` (images, labels), over the
+    reachable nodes.
 
     ``also``: further named splits (e.g. ``{"validation": dataset.validation}``), predicted in the same pass;
     their metrics go in the record under their name. Empty splits are left out.
     """
-    extra = {name: s for name, s in (also or {}).items() if len(s.labels)}
-    images = np.concatenate([split.images, *(s.images for s in extra.values())]) if extra else split.images
-    ends = np.cumsum([len(split.labels), *(len(s.labels) for s in extra.values())])
+    images, records = classifier.split_images(split, also)
 
     def evaluator(network: Network, state: NetworkState, steps_done: int) -> dict:
         reachable = population.to_host(state.alive) if network.config.has_failures else None
-        probs = predict_in_batches(network, state.nodes, images)
-        record = evaluate(probs[:, : ends[0]], split.labels, reachable=reachable)
-        for (name, s), start, end in zip(extra.items(), ends[:-1], ends[1:], strict=True):
-            record[name] = evaluate(probs[:, start:end], s.labels, reachable=reachable)
-        return record
+        return records(classifier.predict_in_batches(network.predict, state.nodes, images), reachable)
 
     return evaluator
 
@@ -813,40 +668,58 @@ def accuracy_evaluator(split, *, also: Mapping[str, Any] | None = None) -> Evalu
 def split_evaluator(dataset: ImageDataset, eval_split: str | Sequence[str]) -> Evaluator:
     """:func:`accuracy_evaluator` on ``dataset``'s split ``eval_split``, or on the first of several split names
     with the others' metrics under their names (e.g. ``("test", "validation")``)."""
-    names = (eval_split,) if isinstance(eval_split, str) else tuple(eval_split)
-    for name in names:
-        if name not in ("train", "validation", "test"):
-            raise ValueError(f"eval_split={eval_split!r}: {name!r} is not a split; "
-                             "expected 'train', 'validation' or 'test'")
-    return accuracy_evaluator(getattr(dataset, names[0]), also={n: getattr(dataset, n) for n in names[1:]})
+    first, others = classifier.splits_of(dataset, eval_split)
+    return accuracy_evaluator(first, also=others)
 
 
-def progress_postfix(record: dict) -> dict:
-    """The average and negentropy-collective accuracies of a record, for a progress bar."""
-    shown = {}
-    if record.get("avg_accuracy") is not None:
-        shown["avg"] = f"{record['avg_accuracy']:.1f}"
-    collective = record.get("collective_accuracy")
-    if isinstance(collective, dict) and "negentropy" in collective:
-        shown["coll"] = "-" if collective["negentropy"] is None else f"{collective['negentropy']:.1f}"
-    return shown
+def booking(network: Network, state: NetworkState, *, data_model: str | None = None) -> ledger.Booking:
+    """What the network has sent so far (:mod:`jaxcomm.ledger`): every message copy (the inbox ``sent`` counter)
+    under ``data_model`` (default the config's), and the parameters gossip averaging sent (one copy of a node's
+    parameters and model state per live edge and round)."""
+    data_model = data_model or network.config.data_model
+    one = ledger.message(network.exchange, network.config.batch_size, network.payload_dim,
+                         sample_bytes=network.sample_bytes, data_model=data_model)
+    sent = ledger.messages(counter_totals(state)["sent"], one)
+    return sent + ledger.to_neighbours(int(population.to_host(state.param_copies)), network.node_values)
 
 
-def summarize_info(info: StepInfo) -> StepInfo:
-    """What a step keeps per step: everything but the sample indices (large, and only the step needs them)."""
-    return info._replace(indices=info.indices[..., :0])
+def bytes_record(network: Network, state: NetworkState, steps_done: int, *, data_model: str | None = None) -> dict:
+    """The network's ``bytes`` record (:func:`jaxcomm.ledger.record`) after ``steps_done`` steps."""
+    data_model = data_model or network.config.data_model
+    return ledger.record(booking(network, state, data_model=data_model), num_nodes=network.config.num_nodes,
+                         steps=steps_done, data_model=data_model)
 
 
-# The "eager" step loop holds node states apart (one set of buffers per node, as the thesis' N models) within a
-# chunk: the "loop" lift then updates each node where it lies instead of slicing and stacking the population.
-NODES_APART = driver.Layout(lambda state: state._replace(nodes=population.unstack(state.nodes)),
-                            lambda state: state._replace(nodes=population.restack(state.nodes)))
+def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, name: str | None = None):
+    """Algorithm 2 as a method (:class:`jaxcomm.methods.Method`): nodes broadcast minibatches with what
+    ``exchange`` says about them (None: the config's named content; :func:`jaxcomm.exchange.none`: isolated
+    nodes) over ``graph`` (None: the config's topology). Its sweep is :func:`jaxcomm.sweep.train_networks`'
+    (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs)."""
+    from jaxcomm import methods, sweep  # methods and sweep build on this module
+
+    def build(config, model, *, image_shape, num_classes):
+        return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=graph,
+                            exchange=exchange)
+
+    def initial(net: Network, config: NetworkConfig) -> NetworkState:
+        state = net.init(jax.random.PRNGKey(config.seed))
+        graph_fn, _ = graph_of(config, graph)
+        return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
+
+    label = name or ("outputs" if exchange is None else exchange.name)
+    return methods.Method(
+        label, build, family="outputs", per_run=sweep.PER_RUN + sweep.GRAPH_FIELDS,
+        system=lambda net, dataset, eval_split: system(net, split_evaluator(dataset, eval_split)),
+        initial=initial, check=lambda configs: sweep.check_structure(configs, [graph] * len(configs)))
 
 
-def layout_for(backend: str) -> driver.Layout | None:
-    """The layout of a system whose state holds its nodes in ``nodes``: node states apart (:data:`NODES_APART`) for
-    the "loop" lift, the only one that takes them so; as it is (None) for any other."""
-    return NODES_APART if backend == "loop" else None
+def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = None):
+    """Gossip averaging as a method: isolated nodes on a ring of ``num_neighbours`` out-neighbours that average
+    their parameters and BatchNorm statistics with their in-neighbours every ``every`` steps
+    (``NetworkConfig.gossip_every``); the ledger books one copy of a node's model per live edge and round."""
+    method = output_sharing(exchanges.none(), name=name or f"gossip_{every}")
+    return method._replace(family="gossip", configure=lambda c: c.replace(content="none", topology="ring",
+                                                          num_neighbours=num_neighbours, gossip_every=every))
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:
@@ -860,11 +733,12 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
         return {"loss": float(np.mean(infos.loss)), "consumed_fraction": float(np.mean(infos.consumed)),
                 "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counters,
                 # every copy sent so far, under the config's data model
-                "bytes_sent": counters["sent"] * network.message_bytes}
+                "bytes_sent": counters["sent"] * network.message_bytes,
+                "bytes": bytes_record(network, state, steps_done)}
 
     return driver.System(network.init, network.step, evaluate_, losses=lambda infos: infos.loss,
-                         summarize=summarize_info,
-                         step_loop=network.step_loop, postfix=progress_postfix, layout=network.layout)
+                         summarize=classifier.summarize_info,
+                         step_loop=network.step_loop, postfix=classifier.progress_postfix, layout=network.layout)
 
 
 class ProgramDefault:

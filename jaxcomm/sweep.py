@@ -1,4 +1,9 @@
-"""Sweeps: R network runs of one structure trained together, returned as R results.
+"""Sweeps: R runs of one structure trained together, returned as R results.
+
+The core (:func:`train_runs`, :func:`stack_runs`, :func:`population_step`) takes any
+:class:`jaxcomm.driver.System` and R initial states and data of one structure and imports no system;
+:func:`jaxcomm.methods.sweep` sweeps any method on it, and :func:`train_networks` (below) is the
+chapter-2 network's adapter.
 
 A table's rows times its seeds are runs of the same shape: same number of nodes,
 model, exchange, batch size, inbox and schedule. :func:`train_networks` trains
@@ -45,7 +50,7 @@ from jaxcomm import driver, network, population, topology
 from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
-from jaxcomm.network import NetworkConfig, NetworkData, NodeProgram
+from jaxcomm.network import NetworkConfig, NodeProgram
 
 MODES = ("auto", "population", "sequential")
 # Fields runs may vary: data of the one compiled step (see the module docstring).
@@ -116,18 +121,6 @@ def _initial_state(net: network.Network, config: NetworkConfig, graph: Graph) ->
     return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
 
 
-def _run_data(base: NetworkData, labels: np.ndarray, configs: Sequence[NetworkConfig]) -> NetworkData:
-    """The sweep's data: shared images and labels; ``[R, ...]`` shards (padded to one width) and settings."""
-    shards = [network.shards_of(labels, c) for c in configs]
-    width = max(s.indices.shape[1] for s in shards)
-    # Padding repeats a real index of the node; positions drawn stay below each node's size, as alone.
-    indices = np.stack([np.pad(s.indices, ((0, 0), (0, width - s.indices.shape[1])), mode="edge") for s in shards])
-    sizes = np.stack([s.sizes for s in shards])
-    settings = population.stack([network.settings(c) for c in configs])
-    return base._replace(shard_indices=jnp.asarray(indices, jnp.int32), shard_sizes=jnp.asarray(sizes, jnp.int32),
-                         settings=settings)
-
-
 @jax.jit
 def _run_of(stacked, r):
     """Run ``r``'s slice of a sweep's stacked state (leaves ``[R, ...]``) in one program: sliced eagerly, every leaf
@@ -140,27 +133,120 @@ def _infos_of_run(infos, r: int):
     return jax.tree_util.tree_map(lambda x: x[:, r], infos)
 
 
-def _data_of_run(data: NetworkData, r: int) -> NetworkData:
-    return data._replace(shard_indices=data.shard_indices[r], shard_sizes=data.shard_sizes[r],
-                         settings=population.node(data.settings, r))
+# --------------------------------------------------------------------------- the core: any system
 
 
-@functools.lru_cache(maxsize=32)  # one per network step: the driver's compiled chunks are reused
-def population_step(step: Callable) -> Callable:
-    """``step(states, data) -> (states, infos)`` of R runs, the network ``step`` vmapped over the run axis.
+def stack_runs(datas: Sequence) -> tuple:
+    """``(data, axes)``: R runs' data (one pytree structure) as one pytree and its vmap axes.
 
-    ``data``'s images and labels are shared; its shards and settings lead with ``[R]``.
+    A leaf every run holds as the same object (the training images and labels) is shared (axis None); the
+    others are stacked on a new leading run axis (axis 0). Integer leaves of different widths (shards of
+    different sizes) are padded on their last axis by repeating their last value: a node's padded row
+    repeats a real index of its shard, and positions drawn stay below each node's size, as alone.
     """
+    leaves = [jax.tree_util.tree_leaves(d) for d in datas]
+    treedef = jax.tree_util.tree_structure(datas[0])
+    out, axes = [], []
+    for column in zip(*leaves, strict=True):
+        if all(leaf is column[0] for leaf in column):
+            out.append(column[0])
+            axes.append(None)
+            continue
+        width = max(np.shape(leaf)[-1] if np.ndim(leaf) else 0 for leaf in column)
+        padded = [np.pad(np.asarray(leaf), [(0, 0)] * (np.ndim(leaf) - 1) + [(0, width - np.shape(leaf)[-1])],
+                         mode="edge") if np.ndim(leaf) and np.shape(leaf)[-1] != width else leaf for leaf in column]
+        out.append(jnp.stack([jnp.asarray(leaf) for leaf in padded]))
+        axes.append(0)
+    return jax.tree_util.tree_unflatten(treedef, out), jax.tree_util.tree_unflatten(treedef, axes)
 
-    def run_step(state, images, labels, shard_indices, shard_sizes, settings):
-        return step(state, NetworkData(images, labels, shard_indices, shard_sizes, settings))
 
-    lifted = jax.vmap(run_step, in_axes=(0, None, None, 0, 0, 0))
+def data_of_run(data, axes, r: int):
+    """Run ``r``'s data of a :func:`stack_runs` result."""
+    return jax.tree_util.tree_map(lambda leaf, axis: leaf if axis is None else leaf[r], data, axes,
+                                  is_leaf=lambda x: x is None)
 
-    def sweep_step(states, data: NetworkData):
-        return lifted(states, *data)
 
-    return sweep_step
+@functools.lru_cache(maxsize=32)  # one per step and axes: the driver's compiled chunks are reused
+def population_step(step: Callable, axes=None) -> Callable:
+    """``step(states, data) -> (states, infos)`` of R runs: ``step`` vmapped over the run axis of the states and of
+    ``data``'s leaves whose axis in ``axes`` is 0 (:func:`stack_runs`; None: the network's, shared images and
+    labels, per-run shards and settings)."""
+    if axes is None:
+        axes = network.NetworkData(None, None, 0, 0, 0)
+    return jax.vmap(step, in_axes=(0, axes))
+
+
+def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequence, seeds: Sequence[int], *,
+               mode: str, num_steps: int, eval_every: int, nodes_per_run: int, progress: bool = True,
+               desc: str | None = None, checkpointer: Checkpointer | None = None,
+               divergence: float | None = driver.DIVERGENCE, donate: bool = False) -> list[dict]:
+    """Trains R runs of one structure, one population of R x N nodes (``mode="population"``) or one after another
+    (``"sequential"``); R results of :func:`jaxcomm.driver.train`, each equal to the run alone.
+
+    Args:
+      systems: each run's system (the same step; its own ``evaluate``); ``init`` is not called.
+      states: each run's initial state (one structure).
+      datas: each run's data (one structure; shared arrays as the same objects, see :func:`stack_runs`).
+      seeds: each run's seed (the driver's key; the sequential checkpoint folders are per run).
+      mode: "population" or "sequential" (:func:`choose_mode`).
+      num_steps, eval_every, progress, desc, divergence, donate: as :func:`jaxcomm.driver.train`.
+      nodes_per_run: N, to name the run and node of a loss stop.
+      checkpointer: saves and resumes the sweep, bit-identically ("sequential": one sub-folder per run).
+
+    Returns:
+      R dicts of :func:`jaxcomm.driver.train` (history, final, state, ...), each with ``sweep`` =
+      ``{"runs": R, "mode": mode}``; ``train_seconds`` is the whole sweep's in "population" mode.
+    """
+    info = {"runs": len(states), "mode": mode}
+    data, axes = stack_runs(datas)  # run by run too: one width of shards, one compiled step for every run
+    if mode == "sequential":
+        out = []
+        for r, (system, state, seed) in enumerate(zip(systems, states, seeds, strict=True)):
+            ckpt = (Checkpointer(checkpointer.directory / f"run_{r}", every=checkpointer.every,
+                                 resume=checkpointer.resume) if checkpointer is not None else None)
+            try:
+                result = driver.train(system._replace(init=lambda key, state=state: state), data_of_run(data, axes, r),
+                                      num_steps=num_steps,
+                                      eval_every=eval_every, key=jax.random.PRNGKey(seed), progress=progress,
+                                      desc=f"{desc or 'sweep'} run {r + 1}", checkpointer=ckpt,
+                                      divergence=divergence, donate=donate)
+            except driver.LossStop as stop:
+                stop.add_note(f"in the sweep: run {r}")
+                raise
+            out.append(result | {"sweep": info})
+        return out
+
+    def evaluate(stacked, infos, steps_done: int) -> dict:
+        return {"runs": [s.evaluate(_run_of(stacked, r), _infos_of_run(infos, r), steps_done)
+                         for r, s in enumerate(systems)]}
+
+    def postfix(record: dict) -> dict:
+        averages = [r["avg_accuracy"] for r in record["runs"] if r.get("avg_accuracy") is not None]
+        return {"avg": f"{np.mean(averages):.1f}"} if averages else {}
+
+    stacked, first = population.stack(list(states)), systems[0]
+    system = driver.System(lambda key: stacked, population_step(first.step, axes), evaluate,
+                           losses=None if first.losses is None else
+                           lambda infos: (lambda x: x.reshape(x.shape[0], -1))(first.losses(infos)),
+                           summarize=first.summarize, step_loop=first.step_loop, postfix=postfix)
+    try:
+        result = driver.train(system, data, num_steps=num_steps, eval_every=eval_every,
+                              key=jax.random.PRNGKey(seeds[0]), progress=progress,
+                              desc=desc or f"sweep of {len(states)}", checkpointer=checkpointer,
+                              divergence=divergence, donate=donate)
+    except driver.LossStop as stop:
+        if stop.node is not None:
+            stop.add_note(f"in the sweep: run {stop.node // nodes_per_run}, node {stop.node % nodes_per_run}")
+        raise
+    out = []
+    for r in range(len(states)):
+        history = [{"step": rec["step"], **rec["runs"][r], "seconds": rec["seconds"]} for rec in result["history"]]
+        out.append({**result, "history": history, "final": history[-1] if history else None,
+                    "state": _run_of(result["state"], r), "sweep": info})
+    return out
+
+
+# --------------------------------------------------------------------------- the network's adapter
 
 
 def train_networks(
@@ -224,62 +310,14 @@ def train_networks(
     divergence = network.divergence_of(net, divergence)
     evaluator = evaluator or network.split_evaluator(dataset, eval_split)
     base = network.network_data(dataset, first)
-    data = _run_data(base, dataset.train.labels, configs)
+    datas = [base._replace(shard_indices=jnp.asarray(s.indices, jnp.int32), shard_sizes=jnp.asarray(s.sizes, jnp.int32),
+                           settings=network.settings(c))
+             for c, s in zip(configs, (network.shards_of(dataset.train.labels, c) for c in configs), strict=True)]
     states = [_initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
     mode = choose_mode(net.backend, mode, net.step_loop)
-    info = {"runs": len(configs), "mode": mode}
-    donate = driver.donation(donate)
-    if mode == "sequential":
-        return [_run_alone(nets[r], evaluator, states[r], _data_of_run(data, r), r, progress=progress, desc=desc,
-                           checkpointer=checkpointer, divergence=divergence, donate=donate) | {"sweep": info}
-                for r in range(len(configs))]
-
     systems = [network.system(n, evaluator) for n in nets]
-
-    def evaluate(stacked, infos, steps_done: int) -> dict:
-        return {"runs": [s.evaluate(_run_of(stacked, r), _infos_of_run(infos, r), steps_done)
-                         for r, s in enumerate(systems)]}
-
-    def postfix(record: dict) -> dict:
-        averages = [r["avg_accuracy"] for r in record["runs"] if r.get("avg_accuracy") is not None]
-        return {"avg": f"{np.mean(averages):.1f}"} if averages else {}
-
-    stacked = population.stack(states)
-    system = driver.System(lambda key: stacked, population_step(net.step), evaluate,
-                           losses=lambda infos: infos.loss.reshape(infos.loss.shape[0], -1),
-                           summarize=network.summarize_info, step_loop=net.step_loop, postfix=postfix)
-    try:
-        result = driver.train(system, data, num_steps=first.num_steps, eval_every=first.eval_every,
-                              key=jax.random.PRNGKey(first.seed), progress=progress,
-                              desc=desc or f"sweep of {len(configs)}", checkpointer=checkpointer,
-                              divergence=divergence, donate=donate)
-    except driver.LossStop as stop:
-        if stop.node is not None:
-            stop.add_note(f"in the sweep: run {stop.node // first.num_nodes}, node {stop.node % first.num_nodes}")
-        raise
-    return [_split(result, r, nets[r]) | {"sweep": info} for r in range(len(configs))]
-
-
-def _split(result: dict, r: int, net: network.Network) -> dict:
-    history = [{"step": rec["step"], **rec["runs"][r], "seconds": rec["seconds"]} for rec in result["history"]]
-    return {**result, "history": history, "final": history[-1] if history else None,
-            "state": _run_of(result["state"], r), "network": net,
-            "unreachable_evaluations": network.unreachable_evaluations(history)}
-
-
-def _run_alone(net: network.Network, evaluator, state, data: NetworkData, r: int, *, progress: bool,
-               desc: str | None, checkpointer: Checkpointer | None, divergence: float | None,
-               donate: bool) -> dict:
-    system = network.system(net, evaluator)._replace(init=lambda key: state)
-    if checkpointer is not None:
-        checkpointer = Checkpointer(checkpointer.directory / f"run_{r}", every=checkpointer.every,
-                                    resume=checkpointer.resume)
-    try:
-        result = driver.train(system, data, num_steps=net.config.num_steps, eval_every=net.config.eval_every,
-                              key=jax.random.PRNGKey(net.config.seed), progress=progress,
-                              desc=f"{desc or 'sweep'} run {r + 1}", checkpointer=checkpointer,
-                              divergence=divergence, donate=donate)
-    except driver.LossStop as stop:
-        stop.add_note(f"in the sweep: run {r}")
-        raise
-    return result | {"network": net, "unreachable_evaluations": network.unreachable_evaluations(result["history"])}
+    results = train_runs(systems, states, datas, [c.seed for c in configs], mode=mode, num_steps=first.num_steps,
+                         eval_every=first.eval_every, nodes_per_run=first.num_nodes, progress=progress, desc=desc,
+                         checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
+    return [result | {"network": n, "unreachable_evaluations": network.unreachable_evaluations(result["history"])}
+            for result, n in zip(results, nets, strict=True)]

@@ -56,3 +56,13 @@ def widths(field: str, value: Any) -> None:
     """A non-empty tuple of layer widths >= 1."""
     require(isinstance(value, tuple) and len(value) >= 1 and all(is_int(w) and w >= 1 for w in value), field,
             "a non-empty tuple of integers >= 1", value)
+
+
+def scalar(text: str) -> int | float | str:
+    """``text`` as an int, else a float, else the string itself (command-line values without a declared type)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

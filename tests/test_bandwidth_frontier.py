@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from experiments import bandwidth_frontier as bf
-from jaxcomm import data_parallel, driver, network, recipes
+from jaxcomm import driver, ledger, methods, network, recipes, zoo
+from jaxcomm.models import MLP
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SUPERSEDED = pathlib.Path("results/bandwidth_frontier/superseded")
@@ -40,7 +41,7 @@ def test_smoke_rows_average_two_seeds_of_every_family_at_one_horizon(smoke):
     _, summary = smoke
     rows = summary["rows"]
     assert list(rows) == SMOKE_ROWS and summary["skipped"] == [] and summary["seeds"] == [0, 1]
-    assert {row["family"] for row in rows.values()} == set(bf.FAMILIES)
+    assert {row["family"] for row in rows.values()} == set(zoo.FAMILIES)
     for name, row in rows.items():
         assert ROW_FIELDS <= set(row), name
         assert row["seeds"] == 2 and [p["seed"] for p in row["per_seed"]] == [0, 1], name
@@ -52,15 +53,18 @@ def test_smoke_rows_average_two_seeds_of_every_family_at_one_horizon(smoke):
         assert row["steps"] == summary["chapter2_config"]["num_steps"] == 20, name  # every method at one horizon
         assert all(p["steps"] == 20 for p in row["per_seed"]), name
         assert row["total_bytes_per_node"] == pytest.approx(row["bytes_per_node_step"] * 20), name
-        assert row["spec"] in summary["config"]["methods"] and bf.row_name(bf.parse_method(row["spec"])) \
+        assert row["spec"] in summary["config"]["methods"] and zoo.parse(row["spec"]).name \
             == name.removesuffix("_shared"), name
+        assert sum(row["bytes_by_kind"].values()) == pytest.approx(row["bytes_per_node_step"]), name
         assert 0 <= row["accuracy"] <= 100
     assert len({p["accuracy"] for p in rows["sync_sgd"]["per_seed"]}) == 2  # the seeds really differ
     assert rows["sync_sgd"]["fraction_of_dense_allreduce"] == pytest.approx(1.0)
     assert rows["isolated"]["bytes_per_node_step"] == 0 and rows["isolated"]["data_model"] == "private"
     # DiLoCo at 1/H of the all-reduce; PowerSGD's factors all-reduced (4 nodes: 2 (N - 1) / N x message bytes)
     assert rows["diloco_h5"]["fraction_of_dense_allreduce"] == pytest.approx(1 / 5)
-    assert rows["powersgd_r1"]["bytes_per_node_step"] == pytest.approx(1.5 * rows["powersgd_r1"]["message_bytes"])
+    assert rows["powersgd_r1"]["bytes_by_kind"]["parameters"] == rows["powersgd_r1"]["bytes_per_node_step"] > 0
+    assert rows["gossip_5"]["bytes_per_node_step"] == pytest.approx(  # a ring of one neighbour: its whole model
+        4 * rows["gossip_5"]["num_params"] / 5)  # (an MLP: no statistics) every 5 steps
     assert 0 < rows["codistill_k5"]["bytes_per_node_step"] and rows["top_k_5pct"]["bytes_per_node_step"] \
         < rows["sync_sgd"]["bytes_per_node_step"]
 
@@ -73,11 +77,11 @@ def test_shared_rows_are_the_same_runs_counted_with_indices(smoke):
     assert shared["accuracy"] == private["accuracy"] and shared["wall_seconds"] == private["wall_seconds"]
     assert shared["spec"] == private["spec"] == "outputs:true_labels"
     # a message carries 32 MNIST images (784 B each) under the private model, 32 int32 indices under the shared
-    assert private["message_bytes"] - shared["message_bytes"] == 32 * (28 * 28 - 4)
-    assert 0 < shared["bytes_per_node_step"] < private["bytes_per_node_step"]
-    for p, s in zip(private["per_seed"], shared["per_seed"], strict=True):
-        assert s["bytes_per_node_step"] * private["message_bytes"] == pytest.approx(
-            p["bytes_per_node_step"] * shared["message_bytes"])  # the same messages sent
+    mine, theirs = private["bytes_by_kind"], shared["bytes_by_kind"]
+    assert theirs["inputs"] == 0 < mine["inputs"] and theirs["payload"] == mine["payload"] > 0
+    copies = mine["inputs"] / (32 * 784)  # messages per node and step
+    assert theirs["indices"] - mine["indices"] == pytest.approx(copies * 32 * 4)
+    assert private["bytes_per_node_step"] - shared["bytes_per_node_step"] == pytest.approx(copies * 32 * (784 - 4))
 
 
 def test_a_sweep_seed_equals_that_seed_trained_alone(smoke):
@@ -120,19 +124,27 @@ def test_smoke_table_and_plot_name_the_pareto_front(smoke):
     assert (out / "frontier.png").stat().st_size > 10_000
 
 
+def _stopped_sweep(*args, **kwargs):
+    raise driver.Diverged(7, 2, 1e9, bound=100.0, good_step=5, saved=None)
+
+
 def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, monkeypatch):
-    system = types.SimpleNamespace(bytes_per_node_step=lambda: 100.0, num_params=10, message_bytes=50)
+    """A sweep that diverges is trained seed by seed; seed 1 diverges, seeds 0 and 2 are rows."""
+    built = types.SimpleNamespace(config=types.SimpleNamespace(num_nodes=4, data_model="private"),
+                                  booking=lambda state, steps, data_model: ledger.Booking(parameters=4 * 100 * steps))
 
-    def train_one(config, method, dataset, model, seed, **kwargs):
-        if seed == 1:
+    def train(method, config, model, dataset, **kwargs):
+        if config.seed == 1:
             raise driver.Diverged(7, 2, 1e9, bound=100.0, good_step=5, saved=None)
-        return {"final": {"avg_accuracy": 40.0 + seed}, "steps_done": 20, "train_seconds": 2.0, "history": [],
-                "system": system}
+        return {"final": {"avg_accuracy": 40.0 + config.seed}, "steps_done": 20, "train_seconds": 2.0,
+                "history": [], "built": built, "state": None}
 
-    monkeypatch.setattr(bf, "train_one", train_one)
+    monkeypatch.setattr(methods, "sweep", _stopped_sweep)
+    monkeypatch.setattr(methods, "train", train)
     config = bf.BandwidthFrontierConfig(methods=("qsgd:4:ef",), num_nodes=4, gossip_neighbours=1)
-    out = bf.run_method(config, bf.parse_method("qsgd:4:ef"), types.SimpleNamespace(num_classes=10),
-                        checkpoints=None, progress=False)
+    dataset = types.SimpleNamespace(num_classes=10, train=types.SimpleNamespace(images=np.zeros((1, 8, 8, 1))))
+    monkeypatch.setattr(bf.bandwidth, "model_num_params", lambda model, shape: 10)
+    out = bf.run_method(config, zoo.parse("qsgd:4:ef"), dataset, spec="qsgd:4:ef", checkpoints=None, progress=False)
     row = out["rows"]["qsgd_4lvl_ef"]
     assert [p["accuracy"] for p in row["per_seed"]] == [40.0, None, 42.0] and row["seeds"] == 3
     assert row["accuracy"] is None and row["accuracy_sd"] is None and row["wall_seconds"] == 4.0
@@ -149,13 +161,10 @@ def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, mo
 
 def test_a_row_whose_every_seed_stopped_still_counts_the_bytes_its_method_sends(smoke, monkeypatch):
     """Bytes depend on the method, not on training: every seed of top-k stopped, its bytes are the trained row's."""
-
-    def train_one(config, method, dataset, model, seed, **kwargs):
-        raise driver.Diverged(7, 0, 1e9, bound=100.0, good_step=5, saved=None)
-
-    monkeypatch.setattr(bf, "train_one", train_one)
+    monkeypatch.setattr(methods, "sweep", _stopped_sweep)
+    monkeypatch.setattr(methods, "train", _stopped_sweep)
     config = bf.smoke_config()
-    row = bf.run_method(config, bf.parse_method("top_k:0.05"), config.chapter2().load(), checkpoints=None,
+    row = bf.run_method(config, zoo.parse("top_k:0.05"), config.chapter2().load(), checkpoints=None,
                         progress=False)["rows"]["top_k_5pct"]
     trained = smoke[1]["rows"]["top_k_5pct"]
     assert row["accuracy"] is None and len(row["stopped"]) == 2
@@ -178,22 +187,7 @@ def test_a_row_whose_every_seed_stopped_still_counts_the_bytes_its_method_sends(
     ("codistill:100", "codistill_k100"), ("powersgd:4", "powersgd_r4"),
 ])
 def test_row_names_say_the_method_and_its_setting(spec, name):
-    assert bf.row_name(bf.parse_method(spec)) == bf.row_name(bf.parse_method(spec), "private") == name
-
-
-@pytest.mark.parametrize("spec, name", [("outputs:true_labels", "true_labels_shared"),
-                                        ("outputs:logits", "logits_shared"), ("outputs:features", "features_shared")])
-def test_output_sharing_has_a_shared_data_model_twin(spec, name):
-    method = bf.parse_method(spec)
-    assert bf.row_name(method, "shared") == name and bf.row_names(method) == [bf.row_name(method), name]
-
-
-@pytest.mark.parametrize("spec", ["outputs:none", "sync", "gossip:10", "top_k:0.01", "diloco:10", "codistill:10"])
-def test_methods_whose_bytes_ignore_the_data_model_have_no_shared_row(spec):
-    method = bf.parse_method(spec)
-    assert bf.row_names(method) == [bf.row_name(method)]
-    with pytest.raises(ValueError, match="shared data model"):
-        bf.row_name(method, "shared")
+    assert zoo.parse(spec).name == name
 
 
 def test_frontier_keeps_the_rows_nothing_cheaper_beats():
@@ -221,23 +215,23 @@ def test_the_fronts_under_each_data_model():
 # --------------------------------------------------------------------------- configs
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("outputs:logits", {"family": "outputs", "content": "logits"}),
-    ("gossip:10", {"family": "gossip", "gossip_every": 10}),
-    ("diloco:50", {"family": "local_sgd", "sync_every": 50, "outer": "diloco"}),
-    ("local_sgd:10", {"family": "local_sgd", "sync_every": 10, "outer": "average"}),
-    ("codistill:100", {"family": "codistillation", "refresh_every": 100}),
-    ("powersgd:4", {"family": "compressed", "compression": "powersgd", "rank": 4}),
-    ("top_k:0.01", {"compression": "top_k", "fraction": 0.01, "per_layer": True, "feedback": True}),
-    ("top_k:0.01:whole:noef", {"compression": "top_k", "per_layer": False, "feedback": False}),
-    ("random_k:0.1", {"compression": "random_k", "fraction": 0.1, "feedback": False}),
-    ("sign:whole", {"compression": "sign", "per_layer": False, "feedback": True}),
-    ("qsgd:4:ef", {"compression": "qsgd", "levels": 4, "feedback": True}),
+@pytest.mark.parametrize("spec, family, attributes", [
+    ("outputs:logits", "outputs", {"payload_dim": 4}), ("gossip:10", "gossip", {}),
+    ("diloco:50", "local_sgd", {"sync_every": 50}), ("local_sgd:10", "local_sgd", {"sync_every": 10}),
+    ("codistill:100", "codistillation", {"refresh_every": 100}), ("powersgd:4", "compressed", {"summed": True}),
+    ("top_k:0.01", "compressed", {"dense": False, "summed": False}), ("sync", "sync", {"dense": True}),
+    ("sparta:0.005", "sparse_averaging", {"fraction": 0.005}),
 ])
-def test_method_specs_parse(spec, expected):
-    method = bf.parse_method(spec)
-    for field, value in expected.items():
-        assert getattr(method, field) == value, field
+def test_method_specs_make_method_values(spec, family, attributes):
+    method = zoo.parse(spec)
+    config = method.config_for(network.NetworkConfig(num_nodes=4, num_neighbours=1, batch_size=4, backend="vmap",
+                                                     step_loop="scan"))
+    built = method.build(config, MLP(hidden=(8,), num_classes=4), image_shape=(8, 8, 1), num_classes=4)
+    assert method.family == family and built.config == config
+    for field, value in attributes.items():
+        assert getattr(built, field) == value, field
+    if spec == "gossip:10":
+        assert (config.gossip_every, config.topology, config.num_neighbours) == (10, "ring", 2)
 
 
 @pytest.mark.parametrize("spec", ["outputs", "outputs:labels", "sync:1", "gossip:0", "gossip:x", "top_k",
@@ -266,11 +260,11 @@ def test_cpu_preset_is_the_current_chapter2_cpu_recipe_at_1000_steps_with_every_
     assert config.chapter2() == dataclasses.replace(recipes.cpu(), num_steps=1000)  # nothing else overridden
     assert (config.num_nodes, config.num_seeds, config.seeds(), config.eval_every, config.time_budget_s) \
         == (10, 3, [0, 1, 2], 500, 7200.0)
-    names = [bf.row_name(bf.parse_method(spec)) for spec in config.methods]
+    names = [method.name for method in config.parsed()]
     assert names == ["isolated", "true_labels", "sync_sgd", "logits", "diloco_h50", "top_k_1pct", "codistill_k100",
                      "powersgd_r4", "gossip_100", "features", "sign", "qsgd_4lvl_ef", "diloco_h10", "diloco_h250",
                      "codistill_k500", "powersgd_r1"]  # issue 19's list, one setting of each first
-    assert {bf.parse_method(spec).family for spec in config.methods} == set(bf.FAMILIES)
+    assert {method.family for method in config.parsed()} == set(zoo.FAMILIES)
     thesis = bf.thesis_config()
     assert thesis.chapter2() == recipes.thesis() and thesis.methods == config.methods
     assert (thesis.num_seeds, thesis.time_budget_s) == (3, 0.0)
@@ -280,27 +274,26 @@ def test_cpu_preset_is_the_current_chapter2_cpu_recipe_at_1000_steps_with_every_
 
 
 def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch, record_training):
-    """A run interrupted at sync's second seed resumes: the finished sweep and sync's seed 0 come back from their
-    checkpoints without a training step, only seed 1 of sync trains."""
+    """A run interrupted in sync's sweep resumes: the finished true-labels sweep comes back from its checkpoint
+    without a training step, only sync trains."""
     out = tmp_path / "run"
     args = ["--preset", "smoke", "--out", str(out), "methods=outputs:true_labels,sync"]
     monkeypatch.setenv("JAXCOMM_NO_REPORT", "1")
-    train = data_parallel.train_data_parallel
+    sweep = methods.sweep
 
-    def interrupted_at_seed_1(net, *args, **kwargs):
-        if net.seed == 1:
+    def interrupted_at_sync(method, *args, **kwargs):
+        if method.name == "sync_sgd":
             raise KeyboardInterrupt
-        return train(net, *args, **kwargs)
+        return sweep(method, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(data_parallel, "train_data_parallel", interrupted_at_seed_1)
+        patch.setattr(methods, "sweep", interrupted_at_sync)
         assert bf.cli(args) == 130
     assert not (out / "summary.json").exists()
     calls = record_training()
     assert bf.cli([*args, "--resume"]) == 0
-    assert [call for call in calls if call[1] != 20] == [("sync_sgd seed 1", 0, 20)]  # the one that trained
-    restored = {desc for desc, start, done in calls if start == done == 20}
-    assert "sync_sgd seed 0" in restored and any(desc.startswith("true_labels") for desc in restored)
+    assert [call for call in calls if call[1] != 20] == [("sync_sgd", 0, 20)]  # the one that trained
+    assert any(desc.startswith("true_labels") and start == done == 20 for desc, start, done in calls)
     rows = json.loads((out / "summary.json").read_text())["rows"]
     for name in ("true_labels", "sync_sgd"):  # the same numbers as the smoke run's, trained in one go
         assert [p["accuracy"] for p in rows[name]["per_seed"]] \
@@ -309,7 +302,7 @@ def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch, re
 
 def test_resume_budget_counts_the_training_of_restored_methods(monkeypatch):
     """A method restored in no time still counts its recorded seconds against the time budget."""
-    restored = lambda config, method, *args, **kwargs: {"rows": {bf.row_name(method): {"wall_seconds": 1000.0}},
+    restored = lambda config, method, *args, **kwargs: {"rows": {method.name: {"wall_seconds": 1000.0}},
                                                         "curves": []}  # trained 1,000 s before, back at once
     monkeypatch.setattr(recipes.Chapter2Recipe, "load", lambda self: type("Dataset", (), {"name": "d"})())
     monkeypatch.setattr(bf, "run_method", restored)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from jaxcomm.harness import results
+from jaxcomm.validation import scalar
 
 RUNS = "runs"  # default root of run folders, relative to the working directory
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -67,22 +68,12 @@ def _parse_value(name: str, text: str, current: Any) -> Any:
             items = [item for item in text.split(",") if item.strip()]
             if current:
                 return tuple(_parse_value(name, item.strip(), type(current[0])()) for item in items)
-            return tuple(_guess_value(item.strip()) for item in items)  # an empty default says no item type
+            return tuple(scalar(item.strip()) for item in items)  # an empty default says no item type
         if current is None:
             return json.loads(text) if text[:1] in "-0123456789[{\"" else text
         return text
     except ValueError as error:
         raise ValueError(f"override {name}={text!r}: cannot parse as {type(current).__name__} ({error})") from None
-
-
-def _guess_value(text: str) -> int | float | str:
-    """An int, else a float, else the string itself."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def apply_overrides(config: Any, pairs: Iterable[str]) -> Any:

@@ -1,0 +1,220 @@
+"""Methods as values: every way of communicating between classifier nodes on shards, one protocol.
+
+A :class:`Method` is a value: a name and ``build(config, model, *, image_shape, num_classes)``, which
+returns the method's pure functions for one run (a :class:`Built`: ``init``, ``step``, ``predict``,
+``models_of``, and ``booking``, what it has sent so far in the one byte ledger, :mod:`jaxcomm.ledger`).
+Everything else comes from the kit and the core, the same for every method:
+
+* :func:`train`: one run under the one driver, evaluated every ``eval_every`` steps (test and
+  validation; node average and collective decision of the models ``models_of`` names), every history
+  record carrying the ledger's ``bytes``;
+* :func:`sweep`: R runs differing in seed (and in the fields the method lists in ``per_run``) as one
+  population of R x N nodes or run by run, the measured choice, each result equal to the run alone;
+* :func:`bytes_of`: a result's bytes under either data model.
+
+The built-in methods are made where their code lives: :func:`jaxcomm.network.output_sharing` and
+:func:`jaxcomm.network.gossip_averaging` (Algorithm 2 with any exchange; gossip),
+:func:`jaxcomm.data_parallel.sync_sgd` (with any compressor, or PowerSGD),
+:func:`jaxcomm.local_sgd.local_sgd` / :func:`jaxcomm.local_sgd.diloco`,
+:func:`jaxcomm.codistillation.codistillation` and :func:`jaxcomm.sparta.sparta`. A researcher's own
+method is one more value: any object with the :class:`Built` attributes, from any ``build``.
+
+Random draws come from named streams (:mod:`jaxcomm.streams`), so methods with the same seed draw the
+same minibatches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import flax.linen as nn
+import jax
+
+from jaxcomm import classifier, driver, ledger, network
+from jaxcomm import sweep as sweeps
+from jaxcomm.checkpoint import Checkpointer
+from jaxcomm.data import ImageDataset
+
+BASE_PER_RUN = ("seed", "partition", "dirichlet_alpha")
+"""Config fields runs of any method's sweep may vary: the seed (initialisation, every draw) and the shards."""
+
+
+class Built(Protocol):
+    """One run's pure functions, what a :class:`Method` builds (a frozen dataclass or NamedTuple will do).
+
+    Attributes:
+      config: the run's :class:`jaxcomm.network.NetworkConfig` (nodes, shards, batch, optimiser, schedule).
+      init: ``init(key) -> state``, pure; draw from :func:`jaxcomm.streams.init_keys`.
+      step: ``step(state, data: ShardData) -> (state, info)``, pure; ``info`` has ``loss [N]`` and ``indices
+        [N, B]``; draw from :func:`jaxcomm.streams.step_keys` (and :func:`jaxcomm.streams.named`).
+      predict: ``predict(models, images uint8 [M, H, W, C]) -> probs [K, M, C]``, compiled.
+      step_loop: "scan", "dispatch" or "eager" (:func:`jaxcomm.classifier.choose_backend`).
+      backend: the lift's backend (a sweep runs run by run under "unrolled" and "loop").
+      layout: how the "eager" step loop holds the state (None: as it is).
+      models_of: ``models_of(state)``: the K models evaluated (every node's, or one shared model).
+      booking: ``booking(state, steps_done, data_model) -> jaxcomm.ledger.Booking``: what was sent so far.
+    """
+
+    config: network.NetworkConfig
+    init: Callable
+    step: Callable
+    predict: Callable
+    step_loop: str
+    backend: str
+    layout: driver.Layout | None
+
+    def models_of(self, state) -> Any: ...
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking: ...
+
+
+class Method(NamedTuple):
+    """A way of communicating, as a value.
+
+    Attributes:
+      name: how tables and plots call it (e.g. ``"diloco_h50"``).
+      build: ``build(config, model, *, image_shape, num_classes) -> Built``.
+      family: what kind of method it is, for tables and plot markers (e.g. "outputs", "local_sgd").
+      score: which accuracy the method is scored by: "collective" (the N nodes' collective decision,
+        negentropy) or "model" (one shared model: its accuracy).
+      per_run: config fields the runs of a sweep may vary (data of the one compiled step); any other
+        difference is refused, naming the field.
+      system: ``system(built, dataset, eval_split) -> driver.System`` where the method evaluates its own way
+        (the network: reachable nodes, inbox counters); None: :func:`system_of`.
+      initial: ``initial(built, config) -> state`` of a run in a sweep, where it is not ``built.init(key)``
+        (the network's per-run graph); None: ``built.init(PRNGKey(config.seed))``.
+      configure: ``configure(config) -> config``: what the method sets in the config it is given (gossip's ring
+        and period); None: nothing.
+      check: ``check(configs)``: raises ValueError naming a field the runs of a sweep may not vary; None:
+        :func:`check_runs` (only ``per_run`` fields).
+    """
+
+    name: str
+    build: Callable[..., Built]
+    family: str = "other"
+    score: str = "collective"
+    per_run: tuple[str, ...] = BASE_PER_RUN
+    system: Callable | None = None
+    initial: Callable | None = None
+    configure: Callable | None = None
+    check: Callable | None = None
+
+    def config_for(self, config: network.NetworkConfig) -> network.NetworkConfig:
+        """The config a run of this method trains by."""
+        return self.configure(config) if self.configure is not None else config
+
+
+def bytes_record(built: Built, state, steps_done: int, *, data_model: str | None = None) -> dict:
+    """The ``bytes`` record (:func:`jaxcomm.ledger.record`) of a run after ``steps_done`` steps, under
+    ``data_model`` (default the config's)."""
+    data_model = data_model or built.config.data_model
+    return ledger.record(built.booking(state, steps_done, data_model), num_nodes=built.config.num_nodes,
+                         steps=steps_done, data_model=data_model)
+
+
+def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[str] = "test") -> driver.System:
+    """The kit's system of ``built``: mean loss, accuracies of ``models_of(state)`` on ``eval_split`` (the first
+    split's in the record, the others' under their names) and the ledger's ``bytes``."""
+    first, others = classifier.splits_of(dataset, eval_split)
+    return classifier.evaluated_system(
+        built, first, built.models_of, also=others,
+        extra=lambda state, steps_done: {"bytes": bytes_record(built, state, steps_done)})
+
+
+def _system(method: Method, built: Built, dataset: ImageDataset, eval_split) -> driver.System:
+    return (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
+
+
+def build(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset) -> Built:
+    """``method.build`` for ``dataset``'s image shape and classes, on the method's config."""
+    return method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
+                        num_classes=dataset.num_classes)
+
+
+def train(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset, *,
+          eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
+          checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
+          donate: bool | None = None) -> dict:
+    """Trains one run of ``method`` under the one driver (:func:`jaxcomm.driver.train`).
+
+    Returns:
+      The driver's dict (``history``: one record per evaluation with ``bytes``; ``final``; ``state``; ...) plus
+      ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the final record's).
+    """
+    built = build(method, config, model, dataset)
+    config = built.config
+    result = driver.train(_system(method, built, dataset, eval_split), _data(dataset, config),
+                          num_steps=config.num_steps, eval_every=config.eval_every,
+                          key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
+                          checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
+    return _finish(result, built, method)
+
+
+def _data(dataset: ImageDataset, config: network.NetworkConfig) -> classifier.ShardData:
+    return classifier.shard_data(dataset, config, network.settings(config))
+
+
+def _finish(result: dict, built: Built, method: Method) -> dict:
+    final = result["final"]
+    return result | {"built": built, "method": method.name, "bytes": final["bytes"] if final else None}
+
+
+def check_runs(method: Method, configs: Sequence[network.NetworkConfig]) -> None:
+    """Raises ValueError naming the first field outside ``method.per_run`` on which the runs disagree."""
+    if not configs:
+        raise ValueError("a sweep needs at least one configuration")
+    first = configs[0]
+    for r, config in enumerate(configs[1:], start=1):
+        for field in dataclasses.fields(first):
+            a, b = getattr(first, field.name), getattr(config, field.name)
+            if field.name not in method.per_run and a != b:
+                raise ValueError(f"runs of a sweep of {method.name} must share {field.name} (structure of the one "
+                                 f"compiled step): run 0 has {a!r}, run {r} has {b!r}")
+
+
+def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Module, dataset: ImageDataset, *,
+          eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
+          checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
+          mode: str = "auto", donate: bool | None = None) -> list[dict]:
+    """Trains R runs of ``method`` as one sweep (:func:`jaxcomm.sweep.train_runs`); each result equals
+    :func:`train`'s of the run alone.
+
+    Args:
+      method: the method.
+      configs: the R runs; they may differ in ``method.per_run`` fields only (else ValueError naming the field).
+      mode: "population" (one population of R x N nodes, the step vmapped over runs), "sequential" (run by run,
+        one compiled step), or "auto": run by run under the "unrolled" and "loop" backends (CPU convolutions),
+        else one population (:func:`jaxcomm.sweep.choose_mode`).
+      eval_split, progress, desc, checkpointer, divergence, donate: as :func:`train`.
+
+    Returns:
+      R dicts as :func:`train` returns, in the order of ``configs``, each with ``sweep`` = ``{"runs", "mode"}``.
+    """
+    configs = [method.config_for(c) for c in configs]
+    method.check(configs) if method.check is not None else check_runs(method, configs)
+    first = build(method, configs[0], model, dataset)
+    builts = [dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first) else first._replace(config=c)
+              for c in configs]
+    base = _data(dataset, configs[0])
+    datas = [base._replace(shard_indices=jax.numpy.asarray(s.indices, jax.numpy.int32),
+                           shard_sizes=jax.numpy.asarray(s.sizes, jax.numpy.int32), settings=network.settings(c))
+             for c, s in zip(configs, (classifier.shards_of(dataset.train.labels, c) for c in configs), strict=True)]
+    initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
+    states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
+    mode = sweeps.choose_mode(first.backend, mode, first.step_loop)
+    results = sweeps.train_runs([_system(method, b, dataset, eval_split) for b in builts], states, datas,
+                                [c.seed for c in configs], mode=mode,
+                                num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,
+                                nodes_per_run=configs[0].num_nodes, progress=progress, desc=desc or method.name,
+                                checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
+    return [_finish(result, b, method) for result, b in zip(results, builts, strict=True)]
+
+
+def bytes_of(result: dict, *, data_model: str | None = None) -> dict:
+    """The ``bytes`` record of a :func:`train` or :func:`sweep` result under ``data_model`` (default the config's):
+    the same run counted as if every node held the dataset ("shared": indices travel) or not ("private")."""
+    return bytes_record(result["built"], result["state"], result["steps_done"], data_model=data_model)
+
+

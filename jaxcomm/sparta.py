@@ -1,0 +1,111 @@
+"""Sparse parameter averaging over the neighbour graph (SPARTA, gossiped): a method in one file.
+
+Every node trains its own classifier on its own shard (the kit's minibatch draw, an isolated network's
+draws) and after every step averages a random fraction ``p`` of its parameters with its in-neighbours
+(the gossip weights of :func:`jaxcomm.topology.mixing_matrix` on the config's static topology). The
+coordinates are drawn afresh every step from a stream every node shares (:func:`jaxcomm.streams.named`),
+so only their values travel: per step each node sends ``p x P`` float32 values to each out-neighbour,
+booked as parameters in the ledger. ``p = 0`` is an isolated network; ``p = 1`` gossip every step.
+SPARTA's authors average over all nodes (an all-reduce over 16) and name gossip as future work.
+
+References:
+  EXO Gym, ``strategy/sparta.py`` (sparse parameter averaging every step, a shared random index set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxcomm import bandwidth, classifier, ledger, methods, network, population, streams, topology
+
+
+class SpartaState(NamedTuple):
+    """Attributes: nodes: every node's model and optimiser state (``[N, ...]``); step: ``[]``; key: of the next step."""
+
+    nodes: population.NodeState
+    step: jax.Array
+    key: jax.Array
+
+
+class SpartaInfo(NamedTuple):
+    """Attributes: loss: ``[N]``; indices: ``[N, B] int32`` rows drawn."""
+
+    loss: jax.Array
+    indices: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Sparta:
+    """One run's pure functions (:class:`jaxcomm.methods.Built`); ``edges``: out-edges of the graph."""
+
+    config: network.NetworkConfig
+    init: Callable
+    step: Callable
+    predict: Callable
+    backend: str
+    step_loop: str
+    fraction: float
+    num_params: int
+    edges: int
+    layout = None
+
+    def models_of(self, state: SpartaState) -> population.NodeState:
+        return state.nodes
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
+        """Every step, ``p x P`` values along each edge (the expected count of the Bernoulli mask)."""
+        return ledger.to_neighbours(steps_done * self.edges, round(self.fraction * self.num_params))
+
+
+def sparta(fraction: float, *, name: str | None = None) -> methods.Method:
+    """SPARTA over the config's topology as a method: every step each node averages a random ``fraction`` of its
+    parameters (the same coordinates on every node) with its in-neighbours."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+
+    def build(config, model, *, image_shape, num_classes):
+        n, b = config.num_nodes, config.batch_size
+        init_node = classifier.classifier_init(model, optax.adam(classifier.learning_rate(config)), image_shape)
+        node_step = population.make_train_step(classifier.classifier_loss(model),
+                                               optax.adam(classifier.learning_rate(config)))
+        backend, step_loop, _ = classifier.choose_backend(
+            config, node_step, init_node, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
+                                           jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
+                                           jax.ShapeDtypeStruct((2,), jnp.uint32)))
+        train_nodes = population.lift(node_step, backend=backend)
+        graph_fn, dynamic = network.graph_of(config)
+        if dynamic:
+            raise ValueError(f"sparta averages over a static graph; topology={config.topology!r} changes over time")
+        adj = graph_fn(jax.random.PRNGKey(0), jnp.zeros((), jnp.int32))
+        weights = topology.mixing_matrix(adj)
+
+        def init(key):
+            keys = streams.init_keys(key)  # an isolated network's init
+            nodes = population.init_population(init_node, keys.nodes, n, backend=backend)
+            return SpartaState(nodes, jnp.zeros((), jnp.int32), keys.run)
+
+        def step(state: SpartaState, data):
+            keys = streams.step_keys(state.key, augment=config.augment)
+            batch = classifier.minibatch(keys, data, b, num_classes)  # an isolated network's draws
+            nodes, (loss, _) = population.state_and_aux(train_nodes(state.nodes, batch.images, batch.targets,
+                                                                    jax.random.split(keys.nodes, n)))
+            params = nodes.params
+            leaves, treedef = jax.tree_util.tree_flatten(params)
+            masks = [jax.random.bernoulli(k, fraction, leaf.shape[1:]) for k, leaf in
+                     zip(jax.random.split(streams.named(state.key, "sparta"), len(leaves)), leaves, strict=True)]
+            mixed = jax.tree_util.tree_leaves(topology.mix(weights, params))
+            params = treedef.unflatten([jnp.where(m, x, p) for m, x, p in zip(masks, mixed, leaves, strict=True)])
+            return SpartaState(nodes._replace(params=params), state.step + 1, keys.next), SpartaInfo(loss,
+                                                                                                 batch.indices)
+
+        predict = jax.jit(population.lift(classifier.classifier_predict(model), backend=backend, in_axes=(0, None)))
+        num_params = bandwidth.num_params(jax.eval_shape(init_node, jax.random.PRNGKey(0)).params)
+        return Sparta(config, init, step, predict, backend, step_loop, fraction, num_params, int(jnp.sum(adj)))
+
+    return methods.Method(name or f"sparta_{fraction:g}", build, family="sparse_averaging")

@@ -1,0 +1,132 @@
+"""The method zoo: method values from short specs, for command lines and presets.
+
+:func:`parse` turns a spec into a :class:`jaxcomm.methods.Method` named by what it is and its setting:
+
+* ``outputs:<none|true_labels|logits|features>``: Algorithm 2 (:func:`jaxcomm.network.output_sharing`) with the
+  chapter-2 recipe's sharing settings (p_c, p_b, tau); rows ``isolated``, ``true_labels``, ``logits``, ``features``;
+* ``sync``: synchronous SGD, dense all-reduce (``sync_sgd``);
+* ``gossip:<k>``: gossip averaging every k steps on a ring (``gossip_<k>``);
+* ``<top_k|random_k>:<fraction>``, ``sign``, ``qsgd:<levels>``, each optionally ``:whole``/``:layer`` and
+  ``:ef``/``:noef``: synchronous SGD with a compressor (:mod:`jaxcomm.compression`; error feedback by default
+  for the biased top-k and sign); rows ``top_k_1pct``, ``sign``, ``qsgd_4lvl_ef``, ...;
+* ``powersgd:<rank>``: synchronous SGD with rank-r PowerSGD (``powersgd_r<rank>``);
+* ``diloco:<H>`` / ``local_sgd:<H>``: local SGD with DiLoCo's or plain averaging outer step (``diloco_h<H>``);
+* ``codistill:<K>``: codistillation with checkpoints every K steps (``codistill_k<K>``);
+* any other ``[module.]factory[:arg[:arg...]]``: the factory called with the arguments (ints, floats or
+  strings), a bare name meaning ``jaxcomm.<name>.<name>`` (``sparta:0.005`` is
+  :func:`jaxcomm.sparta.sparta` ``(0.005)``). A new method in the library, or in research code on the path,
+  needs no edit here.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from jaxcomm import codistillation, compression, data_parallel, local_sgd, methods, network, powersgd, recipes
+from jaxcomm.validation import scalar
+
+FAMILIES = ("outputs", "sync", "gossip", "compressed", "local_sgd", "codistillation")
+"""The families the built-in specs make (a method from elsewhere names its own)."""
+DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": False}
+CONTENTS = ("none", "true_labels", "logits", "features")
+
+
+def _usage(spec: str) -> ValueError:
+    return ValueError(f"method {spec!r}: expected outputs:<none|true_labels|logits|features>, sync, gossip:<k>, "
+                      "diloco:<H>, local_sgd:<H>, codistill:<K>, powersgd:<rank>, top_k:<fraction>, "
+                      "random_k:<fraction>, sign or qsgd:<levels> (the compressors optionally followed by :whole or "
+                      ":layer and :ef or :noef), or [module.]factory[:arg...] of a method factory")
+
+
+def _percent(fraction: float) -> str:
+    """``fraction`` x 100 without trailing zeros or an exponent: 0.01 -> "1", 0.001 -> "0.1"."""
+    return np.format_float_positional(round(fraction * 100, 12), trim="-")
+
+
+def outputs(content: str, recipe: recipes.Chapter2Recipe | None = None) -> methods.Method:
+    """Output sharing of a named content with ``recipe``'s sharing settings (p_c, p_b at its equilibrium
+    broadcast rate over the config's graph, tau); content "none" is isolated nodes (row ``isolated``)."""
+    recipe = recipe or recipes.cpu()
+
+    def configure(c: network.NetworkConfig) -> network.NetworkConfig:
+        shared = recipe.network(c.num_nodes, content, eval_every=c.eval_every, topology=c.topology,
+                                num_neighbours=c.num_neighbours)
+        return c.replace(content=shared.content, consume_prob=shared.consume_prob,
+                         broadcast_prob=shared.broadcast_prob, temperature=shared.temperature)
+
+    method = network.output_sharing(None, name="isolated" if content == "none" else content)
+    return method._replace(configure=configure)
+
+
+def _compressed(spec: str, head: str, args: list[str]) -> methods.Method:
+    if head != "sign" and not args:
+        raise _usage(spec)
+    setting, flags = (args[0], args[1:]) if head != "sign" else (None, args)
+    if any(f not in ("whole", "layer", "ef", "noef") for f in flags) \
+            or len(set(flags)) != len(flags):
+        raise _usage(spec)
+    kwargs = {"per_layer": "whole" not in flags,
+              "feedback": "ef" in flags or (DEFAULT_FEEDBACK[head] and "noef" not in flags)}
+    try:
+        if head in ("top_k", "random_k"):
+            kwargs["fraction"] = float(setting)
+        elif head == "qsgd":
+            kwargs["levels"] = int(setting)
+        compression.check(head, fraction=kwargs.get("fraction", 0.01), levels=kwargs.get("levels", 4),
+                          per_layer=kwargs["per_layer"], feedback=kwargs["feedback"])
+    except ValueError as error:
+        raise ValueError(f"method {spec!r}: {error}") from None
+    name = {"top_k": lambda: f"top_k_{_percent(kwargs['fraction'])}pct", "sign": lambda: "sign",
+            "random_k": lambda: f"random_k_{_percent(kwargs['fraction'])}pct",
+            "qsgd": lambda: f"qsgd_{kwargs['levels']}lvl"}[head]()
+    name += "" if kwargs["per_layer"] else "_whole"
+    if kwargs["feedback"] != DEFAULT_FEEDBACK[head]:
+        name += "_ef" if kwargs["feedback"] else "_noef"
+    return data_parallel.sync_sgd(compression.make(head, **kwargs), name=name)
+
+
+def _factory(spec: str, head: str, args: list[str]) -> methods.Method:
+    """``[module.]factory`` called with ``args``; a bare name is ``jaxcomm.<name>.<name>``."""
+    module, _, name = head.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module or f"jaxcomm.{name}"), name)
+    except (ImportError, AttributeError):
+        raise _usage(spec) from None
+    method = found(*(scalar(a) for a in args))
+    if not isinstance(method, methods.Method):
+        raise ValueError(f"method {spec!r}: {head} returned {type(method).__name__}, not a jaxcomm.methods.Method")
+    return method
+
+
+def parse(spec: str, *, recipe: recipes.Chapter2Recipe | None = None, gossip_neighbours: int = 2) -> methods.Method:
+    """The method of ``spec`` (module docstring); ValueError naming what is wrong.
+
+    Args:
+      spec: e.g. ``"outputs:true_labels"``, ``"diloco:50"``, ``"top_k:0.01:whole"``, ``"sparta:0.005"``.
+      recipe: the chapter-2 recipe whose sharing settings output sharing takes (default :func:`recipes.cpu`).
+      gossip_neighbours: out-neighbours on the gossip ring.
+    """
+    head, *args = spec.split(":")
+    positive = len(args) == 1 and args[0].isdigit() and int(args[0]) >= 1
+    if head in ("diloco", "local_sgd", "codistill", "powersgd", "gossip"):
+        if not positive:
+            raise _usage(spec)
+        value = int(args[0])
+        return {"diloco": lambda: local_sgd.diloco(value),
+                "local_sgd": lambda: local_sgd.local_sgd(value),
+                "codistill": lambda: codistillation.codistillation(value),
+                "powersgd": lambda: data_parallel.sync_sgd(powersgd.power_sgd(value), name=f"powersgd_r{value}"),
+                "gossip": lambda: network.gossip_averaging(value, num_neighbours=gossip_neighbours)}[head]()
+    if head == "outputs":
+        if len(args) != 1 or args[0] not in CONTENTS:
+            raise _usage(spec)
+        return outputs(args[0], recipe)
+    if head == "sync":
+        if args:
+            raise _usage(spec)
+        return data_parallel.sync_sgd()
+    if head in DEFAULT_FEEDBACK:
+        return _compressed(spec, head, args)
+    return _factory(spec, head, args)

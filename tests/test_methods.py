@@ -1,0 +1,163 @@
+"""Methods as values: named streams pair them, one ledger books their bytes, one sweep trains any of them."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxcomm import (
+    bandwidth,
+    codistillation,
+    compression,
+    data_parallel,
+    exchange,
+    ledger,
+    local_sgd,
+    methods,
+    network,
+    powersgd,
+    sparta,
+    streams,
+)
+from jaxcomm.models import MLP
+
+MODEL = MLP(hidden=(12,), num_classes=4)
+
+
+def config(**kw) -> network.NetworkConfig:
+    base = dict(num_nodes=4, num_neighbours=1, batch_size=5, num_steps=6, eval_every=3, backend="vmap",
+                step_loop="scan", seed=0)
+    return network.NetworkConfig(**(base | kw))
+
+
+def indices_drawn(built, dataset, cfg, steps: int = 3) -> list[np.ndarray]:
+    data = network.network_data(dataset, cfg)
+    state, step, out = built.init(jax.random.PRNGKey(cfg.seed)), jax.jit(built.step), []
+    for _ in range(steps):
+        state, info = step(state, data)
+        out.append(np.asarray(info.indices))
+    return out
+
+
+def test_isolated_network_sync_sgd_and_local_sgd_draw_the_same_minibatches(tiny_dataset):
+    cfg = config(augment=True, seed=3)
+    drawn = {m.name: indices_drawn(methods.build(m, cfg, MODEL, tiny_dataset), tiny_dataset, cfg)
+             for m in (network.output_sharing(exchange.none(), name="isolated"), data_parallel.sync_sgd(),
+                       local_sgd.local_sgd(1), codistillation.codistillation(2), sparta.sparta(0.1))}
+    for name, got in drawn.items():
+        for a, b in zip(got, drawn["isolated"], strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    assert not np.array_equal(drawn["isolated"][0], drawn["isolated"][1])
+
+
+def test_a_method_that_adds_a_draw_leaves_the_others_draws_unchanged(tiny_dataset):
+    """random-k draws its coordinates from a named stream: the minibatches stay dense sync SGD's."""
+    cfg = config()
+    dense = indices_drawn(methods.build(data_parallel.sync_sgd(), cfg, MODEL, tiny_dataset), tiny_dataset, cfg)
+    sparse = indices_drawn(methods.build(data_parallel.sync_sgd(compression.make("random_k", fraction=0.5)), cfg,
+                                         MODEL, tiny_dataset), tiny_dataset, cfg)
+    for a, b in zip(dense, sparse, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert streams.stream_id("compress") != streams.stream_id("sparta")
+
+
+def test_a_message_booked_by_kind_adds_up_to_its_size():
+    for ex in (exchange.none(), exchange.true_labels(), exchange.soft_labels(), exchange.features()):
+        for data_model in ("private", "shared"):
+            one = ledger.message(ex, 5, 7, sample_bytes=64, data_model=data_model)
+            assert one.total == exchange.message_bytes(ex, 5, 7, sample_bytes=64, data_model=data_model)
+    one = ledger.message(exchange.true_labels(), 5, 4, sample_bytes=64)
+    assert one == ledger.Booking(inputs=320.0, payload=5.0, indices=8.0)
+    record = ledger.record(ledger.messages(10, one), num_nodes=4, steps=5)
+    assert record["total"] == 3330 and record["per_node_step"] == 3330 / 20
+    assert record["by_kind"] == {"inputs": 160.0, "payload": 2.5, "parameters": 0.0, "indices": 4.0}
+
+
+P = 8 * 8 * 12 + 12 + 12 * 4 + 4  # the MLP's parameters on 8 x 8 images
+
+
+@pytest.mark.parametrize("name", ["true_labels", "gossip", "sync", "top_k", "powersgd", "diloco", "codistill",
+                                  "sparta"])
+def test_every_method_books_its_bytes_in_the_one_ledger(tiny_dataset, name):
+    """Hand-computed bytes over 6 steps of 4 nodes (P parameters) against the final record's."""
+    n, steps = 4, 6
+    method = {"true_labels": network.output_sharing(exchange.true_labels()),
+              "gossip": network.gossip_averaging(2, num_neighbours=1), "sync": data_parallel.sync_sgd(),
+              "top_k": data_parallel.sync_sgd(compression.make("top_k", fraction=0.1, per_layer=False)),
+              "powersgd": data_parallel.sync_sgd(powersgd.power_sgd(1)), "diloco": local_sgd.diloco(4),
+              "codistill": codistillation.codistillation(4), "sparta": sparta.sparta(0.25)}[name]
+    out = methods.train(method, config(), MODEL, tiny_dataset, progress=False)
+    assert out["bytes"] == out["history"][-1]["bytes"]
+    kind = out["bytes"]["by_kind"]
+    per_step = out["bytes"]["total"] / (n * steps)
+    assert out["bytes"]["per_node_step"] == pytest.approx(per_step)
+    if name == "true_labels":  # every copy: 5 images of 64 bytes, 5 uint8 labels, an 8-byte header
+        sent = out["final"]["counters"]["sent"]
+        assert sent > 0 and out["bytes"]["total"] == sent * (5 * 64 + 5 + 8)
+        assert kind["inputs"] == sent * 320 / 24 and kind["parameters"] == 0
+    elif name == "gossip":  # a ring of one neighbour: 4 edges, rounds after steps 2, 4, 6
+        assert out["bytes"]["total"] == 3 * 4 * 4 * P and kind["parameters"] == out["bytes"]["per_node_step"]
+    elif name == "sync":
+        assert out["bytes"]["total"] == pytest.approx(steps * n * 2 * 3 / 4 * 4 * P)
+    elif name == "top_k":  # k values and their int32 indices, to the 3 others, every step
+        k = compression.num_kept(0.1, P)
+        assert out["bytes"]["total"] == pytest.approx(steps * n * 3 * 8 * k)
+    elif name == "powersgd":  # rank-1 factors of each matrix and the dense vectors, all-reduced
+        mb = out["built"].message_bytes
+        assert mb == 4 * ((64 + 12) + 12 + (12 + 4) + 4)
+        assert out["bytes"]["total"] == pytest.approx(steps * n * 2 * 3 / 4 * mb)
+    elif name == "diloco":  # one round ended (step 4)
+        assert out["bytes"]["total"] == pytest.approx(1 * n * 2 * 3 / 4 * 4 * P)
+    elif name == "codistill":  # one refresh: every node's checkpoint to its 3 peers
+        assert out["bytes"]["total"] == 1 * n * 3 * 4 * P
+    elif name == "sparta":  # every step a quarter of the parameters along each of the 4 edges
+        assert out["bytes"]["total"] == steps * 4 * round(0.25 * P) * 4
+    assert P == bandwidth.model_num_params(MODEL, (8, 8, 1))
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert [r["step"] for r in got["history"]] == [r["step"] for r in want["history"]]
+    for a, b in zip(got["history"], want["history"], strict=True):
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5)
+        np.testing.assert_allclose(a["node_accuracies"], b["node_accuracies"], atol=1e-6)
+        assert a["bytes"] == b["bytes"]
+    jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
+                           got["state"], want["state"])
+
+
+METHODS = {"sync": lambda: data_parallel.sync_sgd(), "top_k": lambda: data_parallel.sync_sgd(
+    compression.make("top_k", fraction=0.1)), "diloco": lambda: local_sgd.diloco(2),
+           "codistill": lambda: codistillation.codistillation(2), "sparta": lambda: sparta.sparta(0.3),
+           "gossip": lambda: network.gossip_averaging(2, num_neighbours=1),
+           "true_labels": lambda: network.output_sharing(exchange.true_labels())}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("mode", ["population", "sequential"])
+def test_a_sweep_of_any_method_equals_its_runs_alone(tiny_dataset, name, mode):
+    method = METHODS[name]()
+    runs = [config(seed=s, partition=p) for s, p in ((0, "iid"), (1, "dirichlet"))]
+    swept = methods.sweep(method, runs, MODEL, tiny_dataset, progress=False, mode=mode)
+    for got, cfg in zip(swept, runs, strict=True):
+        assert got["sweep"] == {"runs": 2, "mode": mode}
+        assert_same(got, methods.train(method, cfg, MODEL, tiny_dataset, progress=False))
+    assert swept[0]["final"]["loss"] != swept[1]["final"]["loss"]
+
+
+def test_a_sweep_refuses_runs_that_differ_in_structure(tiny_dataset):
+    with pytest.raises(ValueError, match="learning_rate"):
+        methods.sweep(local_sgd.diloco(2), [config(), config(learning_rate=0.1)], MODEL, tiny_dataset)
+
+
+def test_sparta_at_zero_is_isolated_and_at_one_is_gossip_every_step(tiny_dataset):
+    cfg = config(num_steps=4, eval_every=4)
+    zero = methods.train(sparta.sparta(0.0), cfg, MODEL, tiny_dataset, progress=False)
+    isolated = methods.train(network.output_sharing(exchange.none()), cfg, MODEL, tiny_dataset, progress=False)
+    one = methods.train(sparta.sparta(1.0), cfg, MODEL, tiny_dataset, progress=False)
+    gossip = methods.train(network.gossip_averaging(1, num_neighbours=1), cfg, MODEL, tiny_dataset, progress=False)
+    for a, b in ((zero, isolated), (one, gossip)):
+        jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
+                               a["state"].nodes.params, b["state"].nodes.params)
+    assert one["bytes"]["total"] == gossip["bytes"]["total"]  # every parameter on every edge, every step
+    assert zero["bytes"]["total"] == 0
