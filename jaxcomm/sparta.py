@@ -1,12 +1,10 @@
 """Sparse parameter averaging over the neighbour graph (SPARTA, gossiped): a method in one file.
 
-Every node trains its own classifier on its own shard (the kit's minibatch draw, an isolated network's
-draws) and after every step averages a random fraction ``p`` of its parameters with its in-neighbours
-(the gossip weights of :func:`jaxcomm.topology.mixing_matrix` on the config's static topology). The
-coordinates are drawn afresh every step from a stream every node shares (:func:`jaxcomm.streams.named`),
-so only their values travel: per step each node sends ``p x P`` float32 values to each out-neighbour,
-booked as parameters in the ledger. ``p = 0`` is an isolated network; ``p = 1`` gossip every step.
-SPARTA's authors average over all nodes (an all-reduce over 16) and name gossip as future work.
+Every node trains its own classifier on its own shard (an isolated network's draws) and after every step
+averages a random fraction ``p`` of its parameters with its in-neighbours (gossip weights on a static graph).
+The coordinates come from a stream every node shares (:func:`jaxcomm.streams.named`), so only values travel:
+``p x P`` float32 values per out-edge and step, booked as parameters. ``p = 0`` is an isolated network,
+``p = 1`` gossip every step. SPARTA's authors average over all nodes and name gossip as future work.
 
 References:
   EXO Gym, ``strategy/sparta.py`` (sparse parameter averaging every step, a shared random index set).
@@ -55,7 +53,7 @@ class Sparta:
     edges: int
     layout = None
 
-    def models_of(self, state: SpartaState) -> population.NodeState:
+    def models_of(self, state: SpartaState) -> population.NodeState:  # every node's
         return state.nodes
 
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
@@ -63,17 +61,18 @@ class Sparta:
         return ledger.to_neighbours(steps_done * self.edges, round(self.fraction * self.num_params))
 
 
-def sparta(fraction: float, *, name: str | None = None) -> methods.Method:
-    """SPARTA over the config's topology as a method: every step each node averages a random ``fraction`` of its
-    parameters (the same coordinates on every node) with its in-neighbours."""
+def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None) -> methods.Method:
+    """SPARTA as a method: every step each node averages a random ``fraction`` of its parameters (the same
+    coordinates on every node) with its in-neighbours, on a ring of ``num_neighbours`` (0: the config's graph)."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+    ring = (lambda c: c.replace(topology="ring", num_neighbours=num_neighbours)) if num_neighbours else None
 
     def build(config, model, *, image_shape, num_classes):
         n, b = config.num_nodes, config.batch_size
-        init_node = classifier.classifier_init(model, optax.adam(classifier.learning_rate(config)), image_shape)
-        node_step = population.make_train_step(classifier.classifier_loss(model),
-                                               optax.adam(classifier.learning_rate(config)))
+        optimizer = optax.adam(classifier.learning_rate(config))
+        init_node = classifier.classifier_init(model, optimizer, image_shape)
+        node_step = population.make_train_step(classifier.classifier_loss(model), optimizer)
         backend, step_loop, _ = classifier.choose_backend(
             config, node_step, init_node, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
                                            jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
@@ -108,4 +107,5 @@ def sparta(fraction: float, *, name: str | None = None) -> methods.Method:
         num_params = bandwidth.num_params(jax.eval_shape(init_node, jax.random.PRNGKey(0)).params)
         return Sparta(config, init, step, predict, backend, step_loop, fraction, num_params, int(jnp.sum(adj)))
 
-    return methods.Method(name or f"sparta_{fraction:g}", build, family="sparse_averaging")
+    label = name or f"sparta_{fraction:g}" + (f"_ring{num_neighbours}" if num_neighbours else "")
+    return methods.Method(label, build, family="sparse_averaging", configure=ring)

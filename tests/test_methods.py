@@ -161,3 +161,15 @@ def test_sparta_at_zero_is_isolated_and_at_one_is_gossip_every_step(tiny_dataset
                                a["state"].nodes.params, b["state"].nodes.params)
     assert one["bytes"]["total"] == gossip["bytes"]["total"]  # every parameter on every edge, every step
     assert zero["bytes"]["total"] == 0
+
+
+def test_sparta_on_a_ring_of_its_own_and_by_spec():
+    from jaxcomm import zoo
+
+    method = zoo.parse("sparta:0.005:2")
+    assert method.name == "sparta_0.005_ring2" and method.family == "sparse_averaging"
+    ring = method.config_for(config(topology="full"))
+    assert (ring.topology, ring.num_neighbours) == ("ring", 2)
+    assert zoo.parse("sparta:0.1").config_for(config(topology="full")).topology == "full"
+    with pytest.raises(ValueError, match="fraction"):
+        sparta.sparta(1.5)
