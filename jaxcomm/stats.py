@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["mean_sd", "paired_ci95", "paired_t_p_value", "p_value_from_ci95"]
+__all__ = ["holm", "mean_sd", "paired_ci95", "paired_t_p_value", "p_value_from_ci95", "tost_p_value"]
 
 
 def mean_sd(values: Sequence[float], *, ddof: int = 1, digits: int | None = None) -> tuple[float, float]:
@@ -82,3 +82,36 @@ def p_value_from_ci95(mean: float, ci95: Sequence[float], num: int) -> float | N
 
     se = (hi - lo) / 2 / stats.t.ppf(0.975, num - 1)
     return float(2 * stats.t.sf(abs(mean) / se, num - 1))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (None entries are left out of the family and stay None).
+
+    The i-th smallest of the m p-values is multiplied by ``m - i`` (i from 0), made non-decreasing in that order
+    and capped at 1: a comparison reads a direction at level 0.05 only where its adjusted p-value is below 0.05,
+    which keeps the family's error rate at 0.05 (Holm 1979).
+    """
+    present = [(p, i) for i, p in enumerate(p_values) if p is not None and np.isfinite(p)]
+    out: list[float | None] = [None] * len(p_values)
+    running, m = 0.0, len(present)
+    for rank, (p, i) in enumerate(sorted(present)):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def tost_p_value(diffs: Sequence[float], margin: float) -> float:
+    """Two one-sided paired t-tests that the mean difference lies within ``(-margin, +margin)``: the larger of
+    the two one-sided p-values. Equivalence is shown at level 0.05 where it is below 0.05 (``nan`` with fewer
+    than 2 differences; a zero spread gives 0.0 inside the margin and 1.0 outside)."""
+    d = np.asarray(diffs, float)
+    if len(d) < 2:
+        return float("nan")
+    from scipy import stats  # noqa: PLC0415
+
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    if se == 0:
+        return 0.0 if abs(d.mean()) < margin else 1.0
+    lower = stats.t.sf((d.mean() + margin) / se, len(d) - 1)  # H0: mean <= -margin
+    upper = stats.t.cdf((d.mean() - margin) / se, len(d) - 1)  # H0: mean >= +margin
+    return float(max(lower, upper))

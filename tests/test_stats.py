@@ -64,3 +64,22 @@ def test_p_value_from_ci95():
     assert stats.p_value_from_ci95(1.0, (None, None), 3) is None
     assert stats.p_value_from_ci95(1.0, (0.5, 1.5), 1) is None
     assert stats.p_value_from_ci95(1.0, (1.0, 1.0), 3) is None
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.02, 0.04 x 3, 2, 1 = 0.03, 0.04, 0.04; None stays out of the family
+    assert stats.holm([0.04, None, 0.01, 0.02]) == pytest.approx([0.04, None, 0.03, 0.04])
+    assert stats.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1 (0.5 x 2, then max(1, 0.6))
+    assert stats.holm([]) == []
+
+
+def test_tost_shows_equivalence_only_inside_the_margin():
+    close = [0.1, -0.2, 0.05, 0.15, -0.1, 0.0]
+    assert stats.tost_p_value(close, 1.0) < 0.05 and stats.tost_p_value(close, 0.05) > 0.05
+    wide = [3.0, -2.5, 1.0, -1.8]  # no difference detected, and no equivalence either
+    assert stats.tost_p_value(wide, 1.0) > 0.05 and stats.paired_t_p_value(wide) > 0.05
+    from scipy import stats as scipy_stats
+    d = np.asarray(close)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    by_hand = max(scipy_stats.t.sf((d.mean() + 0.5) / se, 5), scipy_stats.t.cdf((d.mean() - 0.5) / se, 5))
+    assert stats.tost_p_value(close, 0.5) == pytest.approx(by_hand)
