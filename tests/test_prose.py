@@ -1,0 +1,32 @@
+"""Numbers in generated prose come from the summary they describe: no interval is typed into an experiment's code,
+and the sentences that quote one change with the summary."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import re
+
+from experiments import language
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TYPED_INTERVAL = re.compile(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]")  # e.g. "+4.01 [+1.32, +6.69]"
+
+
+def test_no_experiment_types_an_interval_into_its_prose():
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        hits = TYPED_INTERVAL.findall(path.read_text())
+        assert not hits, f"{path.name} types {hits}: compute them from the summary"
+
+
+def test_the_chapter4_reading_quotes_the_summary_it_is_given():
+    summary = json.loads((ROOT / "results" / "language" / "summary.json").read_text())
+    changed = copy.deepcopy(summary)
+    post = changed["rows"]["study/halves_sum/both_feedback"]
+    post["paired_diff_vs_baseline"], post["paired_diff_ci95"] = 9.87, [8.76, 10.98]
+    changed["rows"]["fixed_temperature/both_feedback"]["paired_diff_vs_table_ci95"] = [0.5, 1.5]
+    before, after = "\n".join(language.reading(summary)), "\n".join(language.reading(changed))
+    assert "+3.57 [+0.95, +6.19]" in before and "+9.87 [+8.76, +10.98]" in after
+    assert "+3.57" not in after
+    assert before != after
