@@ -30,6 +30,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -707,9 +708,13 @@ def _reading_beyond(rows: dict) -> list[str]:
     out = []
     rnd = rows.get("random_init_probe", {})
     if "refit_test_accuracy" in rnd:
+        refits = [lv for lv in LEVELS if RANDOM_CI in rows.get(lv, {})]
+        adjusted = dict(zip(refits, stats.holm([stats.p_value_from_ci95(
+            rows[lv]["refit_paired_diff_vs_random_init"], rows[lv][RANDOM_CI], rows[lv].get("paired_seeds", 0))
+            for lv in refits]), strict=True))
         parts = [f"{lv} {_interval(rows[lv]['refit_paired_diff_vs_random_init'], rows[lv][RANDOM_CI])} "
-                 f"({_word(rows[lv]['refit_paired_diff_vs_random_init'], rows[lv][RANDOM_CI])})"
-                 for lv in LEVELS if RANDOM_CI in rows.get(lv, {})]
+                 f"({_word(rows[lv]['refit_paired_diff_vs_random_init'], rows[lv][RANDOM_CI], adjusted[lv])})"
+                 for lv in refits]
         out.append(f"- Probes refit to convergence: untrained agents {rnd['refit_test_accuracy']:.1f} % (online probe "
                    f"{rnd['test_accuracy']:.1f} %, best at step {rnd['best_step']:.0f} of {rnd['steps']}); trained "
                    "minus untrained, paired by seed: " + "; ".join(parts) + ".")
@@ -795,6 +800,9 @@ def _holm_section(rows: dict) -> list[str]:
     families["Table 4.1, refit probe: level minus baseline"] = [
         (LABELS[lv], rows[lv]["refit_paired_diff_vs_baseline"], rows[lv]["refit_paired_diff_ci95"],
          rows[lv].get("paired_seeds", 0)) for lv in LEVELS[1:] if "refit_paired_diff_vs_baseline" in rows.get(lv, {})]
+    families["Refit probe: trained minus untrained agents, same seed"] = [
+        (LABELS[lv], rows[lv]["refit_paired_diff_vs_random_init"], rows[lv][RANDOM_CI], rows[lv].get("paired_seeds", 0))
+        for lv in LEVELS if RANDOM_CI in rows.get(lv, {})]
     families["Ablations: ablated minus the table, same level and seed"] = [
         (f"{g.replace('_', ' ')}, {lv}", r["paired_diff_vs_table"], r["paired_diff_vs_table_ci95"],
          r.get("paired_seeds_vs_table", 0)) for g in ABLATIONS for lv in LEVELS if (r := rows.get(f"{g}/{lv}"))]
@@ -817,9 +825,52 @@ def _holm_section(rows: dict) -> list[str]:
              "recorded mean and 95 % interval, paired t-test)."] + lines) if lines else []
 
 
-def table_markdown(summary: dict, curves: list[dict] | None = None) -> str:
+def continuation(curves: list[dict], earlier: list[dict]) -> dict | None:
+    """This run against a shorter run of the same table members (level, seed), where it is the same trajectory
+    continued (validation curves identical over the shorter run's steps): per level, the refit probe's test accuracy
+    at the end of this run minus at the end of the shorter one, paired by seed, Holm-adjusted over the levels. None
+    where the runs are not one trajectory."""
+    key = lambda c: (c["level"], c["seed"])  # noqa: E731
+    mine = {key(c): c for c in curves if c["group"] == "table" and not c["frozen"] and "refit_test_accuracy" in c}
+    theirs = {key(c): c for c in earlier if c["group"] == "table" and not c["frozen"] and "refit_test_accuracy" in c}
+    shared = sorted(set(mine) & set(theirs))
+    if not shared or any(len(theirs[k]["steps"]) >= len(mine[k]["steps"])
+                         or mine[k]["val_accuracy"][:len(theirs[k]["steps"])] != theirs[k]["val_accuracy"]
+                         for k in shared):
+        return None
+    levels = [lv for lv in LEVELS if any(k[0] == lv for k in shared)]
+    diffs = {lv: [mine[k]["refit_test_accuracy"] - theirs[k]["refit_test_accuracy"] for k in shared if k[0] == lv]
+             for lv in levels}
+    adjusted = stats.holm([stats.paired_t_p_value(d) for d in diffs.values()])
+    return {"from_step": theirs[shared[0]]["steps"][-1], "to_step": mine[shared[0]]["steps"][-1],
+            "levels": {lv: {"diff": float(np.mean(d)), "ci95": list(stats.paired_ci95(d)), "seeds": len(d),
+                            "p_holm": q} for (lv, d), q in zip(diffs.items(), adjusted, strict=True)}}
+
+
+def _continuation_section(result: dict | None, folder: str) -> list[str]:
+    if result is None:
+        return []
+    lines = ["", f"## The same agents at step {result['from_step']:,} and at step {result['to_step']:,}", "",
+             f"`{folder}` holds the shorter run of the same members: its validation curves are this run's, value for "
+             f"value, up to step {result['from_step']:,} (one trajectory, continued). The probe refit to convergence "
+             f"on B's frozen features at step {result['to_step']:,} minus at step {result['from_step']:,}, paired by "
+             "seed, Holm-adjusted over the levels:", "",
+             "| level | refit probe, later minus earlier [95 % CI] | seeds | p (Holm) | reading |",
+             "|---|---|---|---|---|"]
+    for lv, r in result["levels"].items():
+        lo, hi = r["ci95"]
+        verdict = ("declines" if r["p_holm"] < 0.05 and hi < 0 else "rises" if r["p_holm"] < 0.05 and lo > 0
+                   else "no change detected")
+        lines.append(f"| {LABELS[lv]} | {_interval(r['diff'], r['ci95'])} | {r['seeds']} | {r['p_holm']:.3g} | "
+                     f"{verdict} |")
+    return lines
+
+
+def table_markdown(summary: dict, curves: list[dict] | None = None, earlier: tuple[str, list[dict]] | None = None
+                   ) -> str:
     """table.md: thesis Table 4.1 beside the measured numbers, the study, the collapsing reading and the choices;
-    with ``curves``, Fig. 4.3's shape tested on held-out seeds."""
+    with ``curves``, Fig. 4.3's shape tested on held-out seeds; with ``earlier`` (a folder and its curves), the
+    refit probe of the same agents at the shorter run's end against this run's (:func:`continuation`)."""
     rows, cfg = summary["rows"], summary["config"]
     norm, other = cfg["ce_normalisation"], "sum" if cfg["ce_normalisation"] == "mean" else "mean"
     pops = summary["populations"]
@@ -890,7 +941,10 @@ def table_markdown(summary: dict, curves: list[dict] | None = None) -> str:
                          + " | ".join(cells) + f" | {coll} |")
         lines += ["", "**Answer:** " + study_answer(summary)]
     lines += _ablation_section(rows, cfg) + _prereg_section(rows) + _collapse_section(rows, summary)
-    lines += _language_section(rows, cfg) + _shape_section(curves) + _holm_section(rows)
+    lines += _language_section(rows, cfg) + _shape_section(curves)
+    if curves and earlier:
+        lines += _continuation_section(continuation(curves, earlier[1]), earlier[0])
+    lines += _holm_section(rows)
     lines += ["", "## Reading (generated from the numbers above)", "", *reading(summary)]
     lines += ["", "## Choices where the thesis is silent", "",
               "- Data: MNIST official training set split 50,000 / 10,000 (last 10,000 = validation), official 10,000 "
@@ -1075,7 +1129,12 @@ def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
     """Writes table.md, then (with ``plots``) fig4_3.png and messages.png, from the run in ``out_dir``."""
     out_dir = pathlib.Path(out_dir)
     summary, curves = results.read_run(out_dir)
-    report.write_table(out_dir, table_markdown(summary, curves))
+    parent = out_dir.parent
+    earlier = None  # a longer run in a subfolder continues the parent's members (results/language/horizon_10000)
+    if (parent / "summary.json").is_file() and json.loads((parent / "summary.json").read_text()).get(
+            "experiment") == EXPERIMENT:
+        earlier = (str(parent), results.read_run(parent)[1])
+    report.write_table(out_dir, table_markdown(summary, curves, earlier))
     if plots:
         report.draw(fig4_3=lambda: plot_fig4_3(summary, curves, out_dir / "fig4_3.png"),
                     messages=lambda: plot_messages(summary, out_dir / "messages.png"))
