@@ -501,6 +501,8 @@ def plot_fig4_3(summary: dict, curves: list[dict], path: pathlib.Path) -> None:
         ax.set_xlabel("training steps")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
+    for ax in axes[len(groups):2]:  # a run without the other reading leaves its panel out
+        ax.set_visible(False)
     axes[0].set_ylabel("student probe validation accuracy (%)")
     ax = axes[2]
     for j, group in enumerate(groups):
