@@ -603,6 +603,13 @@ def format_table(summary: dict) -> str:
         lines += ["", f"The sweeps were measured in a separate run, `{other['command']}` (commit "
                   f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, float32 matmul "
                   f"{other['matmul_gflops']:.1f} GFLOP/s that day); its own table: `{other['out_dir']}/table.md`."]
+    if summary.get("method_sweeps"):  # merged by --merge-method-sweeps
+        other = summary["method_sweeps_run"]
+        lines += ["", "Method sweeps (issue 37): 8 seeds of a method on 10 student-MLP nodes, 1,000 steps, as one "
+                  "`jaxcomm.methods.sweep` against 8 `jaxcomm.methods.train` calls, each arm in a fresh process; "
+                  f"measured in `{other['command']}` (commit `{other['git_commit']}`, wall time "
+                  f"{other['wall_seconds']:.0f} s, float32 matmul {other['matmul_gflops']:.1f} GFLOP/s that day).",
+                  *_sweeps_table(summary["method_sweeps"])[1:]]
     if summary.get("scale"):
         lines += _scale_table(summary["scale"])
     if summary.get("scale_run"):  # merged by --merge-scale
@@ -727,6 +734,20 @@ def merge_sweeps(sweeps_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -
     merge_run("sweeps", sweeps_dir, into_dir, ("command", "git_commit", "wall_seconds", "matmul_gflops", "device"))
 
 
+def merge_method_sweeps(part_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """The sweeps of a run of method sweeps (``--only diloco_h50_student_r8_n10 ...``) put beside the network sweeps
+    of the summary in ``into_dir``, as ``method_sweeps``, and its table redrawn."""
+    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
+    path = pathlib.Path(into_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["method_sweeps"] = part["sweeps"]
+    summary["method_sweeps_run"] = {field: part[field] for field in ("command", "git_commit", "wall_seconds",
+                                                                     "matmul_gflops", "device")} | {
+        "out_dir": str(part_dir)}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_report(into_dir)
+
+
 def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
     """:func:`merge_run` of ``"scale"``."""
     merge_run("scale", scale_dir, into_dir)
@@ -761,6 +782,8 @@ def main(argv=None) -> int:
     parser.add_argument("--merge-sweeps", nargs=2, metavar=("SWEEPS_DIR", "INTO_DIR"), default=None,
                         help="copy the sweeps of the run in SWEEPS_DIR into the summary in INTO_DIR (named as "
                              "measured apart) and redraw its table; nothing runs")
+    parser.add_argument("--merge-method-sweeps", nargs=2, metavar=("PART_DIR", "INTO_DIR"), default=None,
+                        help="put a run's method sweeps beside the network sweeps of another summary and redraw it")
     parser.add_argument("--scale", action="store_true",
                         help="also run the scale suite (largest population in the memory budget; the gpu suite "
                              "always does); with --only, name its rows instead (student_scale, cnn_scale)")
@@ -784,6 +807,9 @@ def main(argv=None) -> int:
         return 0
     if args.measure_scale:
         print(json.dumps(measure_scale(**json.loads(args.measure_scale))))
+        return 0
+    if args.merge_method_sweeps:
+        merge_method_sweeps(*args.merge_method_sweeps)
         return 0
     if args.merge_sweeps:
         merge_sweeps(*args.merge_sweeps)
