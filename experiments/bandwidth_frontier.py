@@ -480,9 +480,9 @@ def table_markdown(summary: dict) -> str:
         if row.get("stopped"):
             lines += ["", f"{name} stopped: " + "; ".join(row["stopped"]) + "."]
     for extra in summary.get("extra_runs", []):
-        lines += ["", f"Rows {', '.join(extra['methods'])} come from a second run, with the same settings, of the "
-                  f"methods the time budget skipped: `{extra['command']}` ({extra['wall_seconds']:.0f} s, commit "
-                  f"`{extra['git_commit']}`)."]
+        lines += ["", f"Rows {', '.join(extra['methods'])} come from a second run, with the same settings, of "
+                  f"methods the time budget skipped or added later: `{extra['command']}` "
+                  f"({extra['wall_seconds']:.0f} s, commit `{extra['git_commit']}`)."]
     for other in summary.get("other_runs", []):
         folder = other["folder"]
         lines += ["", ("The superseded frontier is in `superseded/`" if folder == "superseded" else
