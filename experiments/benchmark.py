@@ -609,7 +609,7 @@ def format_table(summary: dict) -> str:
                   "`jaxcomm.methods.sweep` against 8 `jaxcomm.methods.train` calls, each arm in a fresh process; "
                   f"measured in `{other['command']}` (commit `{other['git_commit']}`, wall time "
                   f"{other['wall_seconds']:.0f} s, float32 matmul {other['matmul_gflops']:.1f} GFLOP/s that day).",
-                  *_sweeps_table(summary["method_sweeps"])[1:]]
+                  *_sweeps_table(summary["method_sweeps"])[2:]]
     if summary.get("scale"):
         lines += _scale_table(summary["scale"])
     if summary.get("scale_run"):  # merged by --merge-scale
