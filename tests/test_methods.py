@@ -133,8 +133,9 @@ METHODS = {"sync": lambda: data_parallel.sync_sgd(), "top_k": lambda: data_paral
            "true_labels": lambda: network.output_sharing(exchange.true_labels())}
 
 
-@pytest.mark.parametrize("name", sorted(METHODS))
-@pytest.mark.parametrize("mode", ["population", "sequential"])
+# Every method as one population; run by run (the same generic path for every method) for two of them.
+@pytest.mark.parametrize("name, mode", [*((name, "population") for name in sorted(METHODS)),
+                                        ("diloco", "sequential"), ("true_labels", "sequential")])
 def test_a_sweep_of_any_method_equals_its_runs_alone(tiny_dataset, name, mode):
     method = METHODS[name]()
     runs = [config(seed=s, partition=p) for s, p in ((0, "iid"), (1, "dirichlet"))]
