@@ -165,6 +165,14 @@ def shard_data(dataset: ImageDataset, config, settings: Any) -> ShardData:
                      shard_sizes=jnp.asarray(shards.sizes, jnp.int32), settings=settings)
 
 
+def run_data(base: ShardData, labels: np.ndarray, config, settings: Any) -> ShardData:
+    """One run's data in a sweep: ``base``'s images and labels (the same objects, shared by every run) with
+    ``config``'s shards and ``settings``."""
+    shards = shards_of(labels, config)
+    return base._replace(shard_indices=jnp.asarray(shards.indices, jnp.int32),
+                         shard_sizes=jnp.asarray(shards.sizes, jnp.int32), settings=settings)
+
+
 def flip_and_crop(key: jax.Array, images: jax.Array, *, pad: int = 4) -> jax.Array:
     """Random horizontal flips and random ``pad``-pixel-padded crops of ``images [B, H, W, C]`` (any dtype)."""
     b, h, w, c = images.shape
@@ -309,6 +317,15 @@ def summarize_info(info):
 
 
 # --------------------------------------------------------------------------- backends and systems
+
+
+def node_args(batch_size: int, image_shape: tuple[int, ...], num_classes: int,
+              *between: jax.ShapeDtypeStruct) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """Shapes of one node's step arguments after its state, as :func:`choose_backend` times them: images
+    ``uint8 [B, H, W, C]``, one-hot targets ``[B, C]``, the method's own ``between``, and a raw key ``uint32 [2]``."""
+    return (jax.ShapeDtypeStruct((batch_size, *image_shape), jnp.uint8),
+            jax.ShapeDtypeStruct((batch_size, num_classes), jnp.float32), *between,
+            jax.ShapeDtypeStruct((2,), jnp.uint32))
 
 
 def choose_backend(config, train: Callable, init: Callable, node_args: Sequence[jax.ShapeDtypeStruct], *,

@@ -126,10 +126,8 @@ def make_codistillation(config: network.NetworkConfig, model: nn.Module, *, imag
 
     node_step = population.make_train_step(loss_fn, optimizer)
     backend, step_loop, _ = classifier.choose_backend(
-        config, node_step, init_node, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                                       jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                                       jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                                       jax.ShapeDtypeStruct((2,), jnp.uint32)))
+        config, node_step, init_node, classifier.node_args(
+            b, image_shape, num_classes, jax.ShapeDtypeStruct((b, num_classes), jnp.float32)))  # the peers' targets
     train_nodes = population.lift(node_step, backend=backend)
     node_predict = classifier.classifier_predict(model)
     # every stale model on every node's minibatch: [N models, N * B images, C]

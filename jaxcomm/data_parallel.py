@@ -156,9 +156,7 @@ def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image
     timed = lambda state, images, targets, key: (state, node_gradient(state.params, state.model_state, images,  # noqa: E731
                                                                      targets, key))
     backend, step_loop, _ = classifier.choose_backend(
-        config, timed, init_model, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                                    jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                                    jax.ShapeDtypeStruct((2,), jnp.uint32)))
+        config, timed, init_model, classifier.node_args(b, image_shape, num_classes))
     gradients = population.lift(node_gradient, backend=backend, in_axes=(None, None, 0, 0, 0))
     compress = None if summed else population.lift(compressor.update, backend=backend)
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731

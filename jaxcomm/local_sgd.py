@@ -134,9 +134,7 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
     # (state, images, targets, key) -> (state, (loss, outputs))
     node_step = population.make_train_step(classifier.classifier_loss(model), inner)
     backend, step_loop, _ = classifier.choose_backend(
-        config, node_step, init_model, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                                        jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                                        jax.ShapeDtypeStruct((2,), jnp.uint32)))
+        config, node_step, init_model, classifier.node_args(b, image_shape, num_classes))
     train_nodes = population.lift(node_step, backend=backend)
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
 

@@ -198,9 +198,7 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
     builts = [dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first) else first._replace(config=c)
               for c in configs]
     base = _data(dataset, configs[0])
-    datas = [base._replace(shard_indices=jax.numpy.asarray(s.indices, jax.numpy.int32),
-                           shard_sizes=jax.numpy.asarray(s.sizes, jax.numpy.int32), settings=network.settings(c))
-             for c, s in zip(configs, (classifier.shards_of(dataset.train.labels, c) for c in configs), strict=True)]
+    datas = [classifier.run_data(base, dataset.train.labels, c, network.settings(c)) for c in configs]
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, mode, first.step_loop)

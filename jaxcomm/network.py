@@ -547,10 +547,8 @@ def make_network(
     payload_dim, sends = program.payload_dim, exchange.sends
     graph_fn, dynamic = graph_of(config, graph)
     # one node's train arguments: images, local targets, payload, consumed, key
-    node_args = (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                 jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                 jax.ShapeDtypeStruct((b, payload_dim), jnp.float32), jax.ShapeDtypeStruct((), bool),
-                 jax.ShapeDtypeStruct((2,), jnp.uint32))
+    node_args = classifier.node_args(b, image_shape, num_classes, jax.ShapeDtypeStruct((b, payload_dim), jnp.float32),
+                                     jax.ShapeDtypeStruct((), bool))
     backend, step_loop, family = classifier.choose_backend(config, program.train, program.init, node_args,
                                                            family=program.family)
     predict = population.lift(program.predict, backend=backend, in_axes=(0, None))
@@ -694,23 +692,19 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, na
     """Algorithm 2 as a method (:class:`jaxcomm.methods.Method`): nodes broadcast minibatches with what
     ``exchange`` says about them (None: the config's named content; :func:`jaxcomm.exchange.none`: isolated
     nodes) over ``graph`` (None: the config's topology). Its sweep is :func:`jaxcomm.sweep.train_networks`'
-    (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs)."""
-    from jaxcomm import methods, sweep  # methods and sweep build on this module
+    (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs; :mod:`jaxcomm.network_sweep`)."""
+    from jaxcomm import methods, network_sweep  # they build on this module
 
     def build(config, model, *, image_shape, num_classes):
         return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=graph,
                             exchange=exchange)
 
-    def initial(net: Network, config: NetworkConfig) -> NetworkState:
-        state = net.init(jax.random.PRNGKey(config.seed))
-        graph_fn, _ = graph_of(config, graph)
-        return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
-
     label = name or ("outputs" if exchange is None else exchange.name)
     return methods.Method(
-        label, build, family="outputs", per_run=sweep.PER_RUN + sweep.GRAPH_FIELDS,
+        label, build, family="outputs", per_run=network_sweep.PER_RUN + network_sweep.GRAPH_FIELDS,
         system=lambda net, dataset, eval_split: system(net, split_evaluator(dataset, eval_split)),
-        initial=initial, check=lambda configs: sweep.check_structure(configs, [graph] * len(configs)))
+        initial=lambda net, config: network_sweep.initial_state(net, config, graph),
+        check=lambda configs: network_sweep.check_structure(configs, [graph] * len(configs)))
 
 
 def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = None):

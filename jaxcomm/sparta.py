@@ -74,9 +74,7 @@ def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None)
         init_node = classifier.classifier_init(model, optimizer, image_shape)
         node_step = population.make_train_step(classifier.classifier_loss(model), optimizer)
         backend, step_loop, _ = classifier.choose_backend(
-            config, node_step, init_node, (jax.ShapeDtypeStruct((b, *image_shape), jnp.uint8),
-                                           jax.ShapeDtypeStruct((b, num_classes), jnp.float32),
-                                           jax.ShapeDtypeStruct((2,), jnp.uint32)))
+            config, node_step, init_node, classifier.node_args(b, image_shape, num_classes))
         train_nodes = population.lift(node_step, backend=backend)
         graph_fn, dynamic = network.graph_of(config)
         if dynamic:

@@ -1,9 +1,10 @@
 """Sweeps: R runs of one structure trained together, returned as R results.
 
-The core (:func:`train_runs`, :func:`stack_runs`, :func:`population_step`) takes any
-:class:`jaxcomm.driver.System` and R initial states and data of one structure and imports no system;
-:func:`jaxcomm.methods.sweep` sweeps any method on it, and :func:`train_networks` (below) is the
-chapter-2 network's adapter.
+This module is the core (:func:`train_runs`, :func:`stack_runs`, :func:`population_step`,
+:func:`choose_mode`): it takes any :class:`jaxcomm.driver.System` and R initial states and data of one
+structure, and imports no system. :func:`jaxcomm.methods.sweep` sweeps any method on it;
+:func:`train_networks`, :func:`check_structure`, :data:`PER_RUN` and :data:`GRAPH_FIELDS` are the chapter-2
+network's adapter (:mod:`jaxcomm.network_sweep`), reachable here under their public names.
 
 A table's rows times its seeds are runs of the same shape: same number of nodes,
 model, exchange, batch size, inbox and schedule. :func:`train_networks` trains
@@ -37,68 +38,29 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcomm import driver, network, population, topology
-from jaxcomm import exchange as exchanges
+from jaxcomm import driver, population
 from jaxcomm.checkpoint import Checkpointer
-from jaxcomm.data import ImageDataset
-from jaxcomm.network import NetworkConfig, NodeProgram
 
 MODES = ("auto", "population", "sequential")
-# Fields runs may vary: data of the one compiled step (see the module docstring).
-PER_RUN = ("seed", "partition", "dirichlet_alpha", *network.Settings._fields)
-# Graph fields, which may vary only while every run's graph is static (its adjacency then lives in the state).
-GRAPH_FIELDS = ("topology", "num_neighbours", "redraw_every")
 SEQUENTIAL_BACKENDS = ("unrolled", "loop")
-
-Graph = np.ndarray | jax.Array | topology.GraphFn | None
-
-
-def check_structure(configs: Sequence[NetworkConfig], graphs: Sequence[Graph] | None = None) -> None:
-    """Raises ValueError naming the first field on which the runs' structures disagree.
-
-    Args:
-      configs: the R runs.
-      graphs: each run's graph argument (None: its config's named topology).
-    """
-    if not configs:
-        raise ValueError("a sweep needs at least one network configuration")
-    for r, config in enumerate(configs):
-        if not isinstance(config, NetworkConfig):
-            raise TypeError(f"configs[{r}] must be a jaxcomm.network.NetworkConfig, got {type(config).__name__}")
-    graphs = list(graphs) if graphs is not None else [None] * len(configs)
-    dynamic = [network.graph_of(c, g)[1] for c, g in zip(configs, graphs, strict=True)]
-    free = set(PER_RUN) | (set(GRAPH_FIELDS) if not any(dynamic) else set())
-    first = configs[0]
-    for r, config in enumerate(configs[1:], start=1):
-        for field in dataclasses.fields(NetworkConfig):
-            a, b = getattr(first, field.name), getattr(config, field.name)
-            if field.name not in free and a != b:
-                raise ValueError(f"runs of a sweep must share {field.name} (structure of the one compiled step): "
-                                 f"run 0 has {a!r}, run {r} has {b!r}")
-        if config.has_failures != first.has_failures:
-            raise ValueError(f"runs of a sweep must all have failures or none (failure_prob > 0 or a "
-                             f"failure_schedule draws a separate key stream): run 0 has failure_prob="
-                             f"{first.failure_prob!r}, run {r} has failure_prob={config.failure_prob!r}")
-        if any(dynamic) and graphs[r] is not graphs[0]:
-            raise ValueError(f"runs of a sweep with a time-varying graph must share its function: graph of run {r} "
-                             "differs from run 0's")
+_ADAPTER = ("train_networks", "check_structure", "PER_RUN", "GRAPH_FIELDS", "Graph")
 
 
-def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
-    if isinstance(graph, (list, tuple)):
-        if len(graph) != num_runs:
-            raise ValueError(f"graph: a sequence needs one entry per run ({num_runs}), got {len(graph)}")
-        return list(graph)
-    return [graph] * num_runs
+def __getattr__(name: str):
+    """The network's adapter under its public names (``jaxcomm.sweep.train_networks``), imported when first asked
+    for, so the core imports no system."""
+    if name in _ADAPTER:
+        from jaxcomm import network_sweep  # noqa: PLC0415
+
+        return getattr(network_sweep, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan") -> str:
@@ -112,13 +74,6 @@ def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan") -> st
         raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "
                          "runs mode='sequential' (vmapped over runs it would run op by op)")
     return mode
-
-
-def _initial_state(net: network.Network, config: NetworkConfig, graph: Graph) -> network.NetworkState:
-    """Run ``config``'s initial state, as its own :func:`jaxcomm.network.make_network` would make it."""
-    state = net.init(jax.random.PRNGKey(config.seed))
-    graph_fn, _ = network.graph_of(config, graph)
-    return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
 
 
 @jax.jit
@@ -167,12 +122,9 @@ def data_of_run(data, axes, r: int):
 
 
 @functools.lru_cache(maxsize=32)  # one per step and axes: the driver's compiled chunks are reused
-def population_step(step: Callable, axes=None) -> Callable:
+def population_step(step: Callable, axes) -> Callable:
     """``step(states, data) -> (states, infos)`` of R runs: ``step`` vmapped over the run axis of the states and of
-    ``data``'s leaves whose axis in ``axes`` is 0 (:func:`stack_runs`; None: the network's, shared images and
-    labels, per-run shards and settings)."""
-    if axes is None:
-        axes = network.NetworkData(None, None, 0, 0, 0)
+    ``data``'s leaves whose axis in ``axes`` is 0 (:func:`stack_runs`)."""
     return jax.vmap(step, in_axes=(0, axes))
 
 
@@ -244,80 +196,3 @@ def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequen
         out.append({**result, "history": history, "final": history[-1] if history else None,
                     "state": _run_of(result["state"], r), "sweep": info})
     return out
-
-
-# --------------------------------------------------------------------------- the network's adapter
-
-
-def train_networks(
-    configs: Sequence[NetworkConfig],
-    model: nn.Module | NodeProgram,
-    dataset: ImageDataset,
-    *,
-    graph: Graph | Sequence[Graph] = None,
-    exchange: exchanges.Exchange | None = None,
-    eval_split: str | Sequence[str] = "test",
-    progress: bool = True,
-    desc: str | None = None,
-    checkpointer: Checkpointer | None = None,
-    evaluator: Callable | None = None,
-    divergence: float | None | network.ProgramDefault = network.PROGRAM_DEFAULT,
-    mode: str = "auto",
-    donate: bool | None = None,
-) -> list[dict]:
-    """Trains R network runs of one structure as one sweep; each result equals :func:`jaxcomm.network.train_network`'s.
-
-    Args:
-      configs: the R runs; they may differ in :data:`PER_RUN` fields and, with
-        static graphs, in :data:`GRAPH_FIELDS` (else ValueError naming the field).
-      model: a Flax classifier or a :class:`jaxcomm.network.NodeProgram` (shared).
-      dataset: images and labels; each run shards the training split by its seed.
-      graph: None (each config's topology), one graph for every run, or a
-        sequence of R graphs (bool ``[N, N]`` arrays or None; see
-        :func:`jaxcomm.network.make_network`).
-      exchange: what messages carry (shared); None: the configs' content.
-      eval_split: as :func:`jaxcomm.network.train_network`, for the default evaluator.
-      progress: draw a progress bar.
-      desc: its label.
-      checkpointer: saves and resumes the sweep, bit-identically ("sequential":
-        one sub-folder per run).
-      evaluator: ``evaluator(network, state, steps_done) -> dict`` of one run
-        (its own config in ``network.config``); default accuracies on ``eval_split``.
-      divergence: as :func:`jaxcomm.network.train_network` (the bound is taken
-        from the mean first-step loss over all runs of a "population" sweep).
-      mode: one of :data:`MODES`.
-      donate: as :func:`jaxcomm.network.train_network` (one copy of the sweep's state on the device).
-
-    Returns:
-      R dicts as :func:`jaxcomm.network.train_network` returns, in the order of
-      ``configs``, each with ``sweep`` = ``{"runs": R, "mode": ...}``;
-      ``train_seconds`` is the whole sweep's time in training chunks as one population, the run's own (over
-      all parts of a resumed run) when the runs train one after another ("sequential").
-
-    Raises:
-      ValueError: the runs disagree on a structural field (named).
-      jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a loss left its bounds
-        (the note names the run and node).
-      jaxcomm.driver.Interrupted: a checkpointed sweep was interrupted (after saving).
-    """
-    configs = list(configs)
-    graphs = _per_run_graphs(graph, len(configs))
-    check_structure(configs, graphs)
-    first = configs[0]
-    net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
-                               num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange)
-    nets = [dataclasses.replace(net, config=c) for c in configs]
-    divergence = network.divergence_of(net, divergence)
-    evaluator = evaluator or network.split_evaluator(dataset, eval_split)
-    base = network.network_data(dataset, first)
-    datas = [base._replace(shard_indices=jnp.asarray(s.indices, jnp.int32), shard_sizes=jnp.asarray(s.sizes, jnp.int32),
-                           settings=network.settings(c))
-             for c, s in zip(configs, (network.shards_of(dataset.train.labels, c) for c in configs), strict=True)]
-    states = [_initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
-    mode = choose_mode(net.backend, mode, net.step_loop)
-    systems = [network.system(n, evaluator) for n in nets]
-    results = train_runs(systems, states, datas, [c.seed for c in configs], mode=mode, num_steps=first.num_steps,
-                         eval_every=first.eval_every, nodes_per_run=first.num_nodes, progress=progress, desc=desc,
-                         checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return [result | {"network": n, "unreachable_evaluations": network.unreachable_evaluations(result["history"])}
-            for result, n in zip(results, nets, strict=True)]
