@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxcomm import bandwidth, data, driver, recipes, stats, zoo
+from jaxcomm import bandwidth, clock, data, driver, recipes, stats, zoo
 from jaxcomm import methods as methods_
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
@@ -167,21 +167,21 @@ def base_network(config: BandwidthFrontierConfig, seed: int):
 
 
 def train_seeds(config: BandwidthFrontierConfig, method: methods_.Method, dataset, model, *,
-                checkpoints: Checkpoints | None, progress: bool) -> list[dict]:
-    """Every seed of ``method``: one sweep (:func:`jaxcomm.methods.sweep`); if its loss leaves its bounds, seed by
-    seed, a stopped seed recorded as ``{"seed", "stopped"}``. Each result gains ``seed`` and ``wall_seconds`` (a
-    population sweep's training time shared out over its seeds)."""
+                checkpoints: Checkpoints | None, progress: bool, cluster: clock.Cluster | None = None) -> list[dict]:
+    """Every seed of ``method``: one sweep (:func:`jaxcomm.methods.sweep`, under ``cluster`` if given); if its loss
+    leaves its bounds, seed by seed, a stopped seed recorded as ``{"seed", "stopped"}``. Each result gains ``seed``
+    and ``wall_seconds`` (a population sweep's training time shared out over its seeds)."""
     seeds, name = config.seeds(), method.name
     runs = [base_network(config, s) for s in seeds]
     try:
-        outs = methods_.sweep(method, runs, model, dataset, progress=progress, desc=name,
+        outs = methods_.sweep(method, runs, model, dataset, progress=progress, desc=name, cluster=cluster,
                              checkpointer=checkpoints.run(name) if checkpoints else None)
     except driver.LossStop as stop:
         print(f"[{name}] the sweep stopped ({stop}); seed by seed", flush=True)
         outs = []
         for seed, run_config in zip(seeds, runs, strict=True):
             try:
-                outs.append(methods_.train(method, run_config, model, dataset, progress=progress,
+                outs.append(methods_.train(method, run_config, model, dataset, progress=progress, cluster=cluster,
                                           desc=f"{name} seed {seed}", checkpointer=checkpoints.run(
                                               f"{name}_seed{seed}") if checkpoints else None))
             except driver.LossStop as seed_stop:
@@ -205,16 +205,18 @@ def seed_row(per_seed: list[dict]) -> dict:
 
 
 def curves_of(name: str, method: methods_.Method, seed: int, history: list[dict]) -> dict:
-    """One seed's accuracy and loss at every evaluation."""
+    """One seed's accuracy and loss at every evaluation (and its virtual seconds, trained under a cluster)."""
     return {"run": name, "spec": method.name, "family": method.family, "seed": seed,
             "steps": [h["step"] for h in history],
             "accuracy": [round(h["collective_accuracy"]["negentropy"], 3) for h in history],
             "avg_accuracy": [round(h["avg_accuracy"], 3) for h in history],
-            "loss": [round(h["loss"], 4) for h in history]}
+            "loss": [round(h["loss"], 4) for h in history],
+            **({"seconds": [h["clock"]["seconds"] for h in history],
+                "counters": history[-1].get("counters")} if history and "clock" in history[0] else {})}
 
 
 def run_method(config: BandwidthFrontierConfig, method: methods_.Method, dataset, *, spec: str | None = None,
-               checkpoints: Checkpoints | None, progress: bool) -> dict:
+               checkpoints: Checkpoints | None, progress: bool, cluster: clock.Cluster | None = None) -> dict:
     """Trains one method with every seed; ``{"rows": {row: row}, "curves": [one per seed]}``.
 
     Every row: ``family``, ``spec``, :func:`seed_row`'s numbers, ``bytes_per_node_step`` (the ledger's, mean over
@@ -223,7 +225,7 @@ def run_method(config: BandwidthFrontierConfig, method: methods_.Method, dataset
     """
     model = config.chapter2().model(dataset.num_classes)
     name = method.name
-    outs = train_seeds(config, method, dataset, model, checkpoints=checkpoints, progress=progress)
+    outs = train_seeds(config, method, dataset, model, checkpoints=checkpoints, progress=progress, cluster=cluster)
     done = [out for out in outs if "stopped" not in out]
     if not done:  # bytes depend on the method, not on training: booked for an untrained run of the horizon
         built = methods_.build(method, base_network(config, config.seed), model, dataset)

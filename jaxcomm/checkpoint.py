@@ -164,3 +164,8 @@ class Checkpoints:
         if not name or any(not (c.isalnum() or c in "-_.") for c in name):
             raise ValueError(f"checkpoint run name must be letters, digits, '-', '_' or '.', got {name!r}")
         return Checkpointer(self.directory / name, every=self.every, resume=self.resume)
+
+    def sub(self, name: str) -> Checkpoints:
+        """The checkpoints of a part of the experiment, in a folder ``name`` of their own."""
+        self.run(name)  # the same rule for the folder's name
+        return Checkpoints(self.directory / name, every=self.every, resume=self.resume)

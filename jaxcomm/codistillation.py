@@ -85,15 +85,19 @@ class Codistillation:
         """Every node's model."""
         return state.nodes
 
+    @property
+    def traffic(self) -> tuple[ledger.Round, ...]:
+        """Each node's checkpoint to its N - 1 peers every K steps, in the background: the nodes train on while
+        it travels (Anil et al. exchange checkpoints asynchronously), waiting only if it takes over K steps."""
+        return (ledger.Round("allgather", float(self.checkpoint_bytes), every=self.refresh_every, blocking=False),)
+
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
         """Each node's checkpoint to its N - 1 peers at every refresh (``steps_done // K`` of them)."""
-        n = self.config.num_nodes
-        return ledger.Booking(parameters=float((steps_done // self.refresh_every) * n * (n - 1)
-                                               * self.checkpoint_bytes))
+        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
 
     def bytes_per_node_step(self) -> float:
         """Each node's checkpoint to each of its N - 1 peers every K steps: ``(N - 1) x checkpoint / K``."""
-        return (self.config.num_nodes - 1) * self.checkpoint_bytes / self.refresh_every
+        return ledger.per_node_step(self.traffic, self.config.num_nodes)
 
 
 def make_codistillation(config: network.NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],

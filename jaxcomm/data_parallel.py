@@ -89,31 +89,25 @@ class DataParallel:
         """The one shared model (a population of one)."""
         return state.nodes
 
-    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
-        """Every step's gradient exchange (:meth:`bytes_per_node_step`): a ring all-reduce of the dense or summed
-        gradients, or an all-gather of compressed messages."""
-        n = self.config.num_nodes
+    @property
+    def traffic(self) -> tuple[ledger.Round, ...]:
+        """Every step, blocking: a ring all-reduce of the dense gradients (``4 P`` bytes) or of PowerSGD's summed
+        factors (P, then Q: two collectives), or an all-gather of compressed messages (messages of different
+        supports cannot be summed on the way)."""
         if self.dense:
-            return ledger.allreduce(n, self.num_params, steps_done)
+            return (ledger.Round("allreduce", 4.0 * self.num_params),)
         if self.summed:
-            return ledger.Booking(parameters=steps_done * n * 2 * (n - 1) / n * self.message_bytes)
-        return ledger.allgather(n, self.message_bytes, steps_done)
+            return (ledger.Round("allreduce", float(self.message_bytes), parts=2),)
+        return (ledger.Round("allgather", float(self.message_bytes)),)
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
+        """Every step's gradient exchange (:attr:`traffic`)."""
+        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
 
     def bytes_per_node_step(self) -> float:
-        """Bytes each node sends per step.
-
-        Dense: a ring all-reduce (:func:`jaxcomm.bandwidth.allreduce_bytes`).
-        Compressed: messages of different supports cannot be summed on the way,
-        so every node's message reaches the N - 1 others (an all-gather):
-        ``(N - 1) x message_bytes``. Summed (PowerSGD's factors): a ring
-        all-reduce of ``message_bytes``, ``2 (N - 1) / N x message_bytes``.
-        """
-        n = self.config.num_nodes
-        if self.dense:
-            return bandwidth.allreduce_bytes(n, self.num_params)
-        if self.summed:
-            return 2 * (n - 1) / n * self.message_bytes
-        return float((n - 1) * self.message_bytes)
+        """Bytes each node sends per step: ``2 (N-1)/N x 4 P`` dense, ``2 (N-1)/N x message_bytes`` summed,
+        ``(N - 1) x message_bytes`` compressed (:func:`jaxcomm.ledger.per_node_step`)."""
+        return ledger.per_node_step(self.traffic, self.config.num_nodes)
 
 
 def make_data_parallel(config: network.NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],

@@ -16,6 +16,9 @@ buffer per node, and are updated together:
 
 Counters per node add up: ``received = consumed + dropped + pending``.
 
+Under a cluster (:mod:`jaxcomm.clock`) a broadcast spends some of the receiver's steps in flight
+(:class:`Transit`, :func:`send`): ``sent = received + in flight``; with no delay it is :func:`push`.
+
 References:
   Lacaille (2018), §2.2.2.3 and Algorithm 2.
 """
@@ -176,10 +179,22 @@ def push(
     Returns:
       The updated inboxes and counters.
     """
+    active = send[:, None] & adj  # [N_send, N_recv]
+    state = _count_sent(state, active)
+    return _arrive(state, active, lambda source: jax.tree_util.tree_map(lambda leaf: leaf[source], outgoing), overflow)
+
+
+def _count_sent(state: InboxState, active: jax.Array) -> InboxState:
+    c = state.counters
+    return state._replace(counters=c._replace(sent=c.sent + active.sum(1, dtype=jnp.int32)))
+
+
+def _arrive(state: InboxState, active: jax.Array, pick, overflow: str) -> InboxState:
+    """Appends the copies ``active [N_send, N_recv]`` to the receivers' inboxes, in sender-id order; ``pick(source
+    [N_recv, K]) -> Message`` gives the message sender ``source`` sent to each receiver slot."""
     if overflow not in OVERFLOW_POLICIES:
         raise ValueError(f"overflow must be one of {OVERFLOW_POLICIES}, got {overflow!r}")
     capacity = state.capacity
-    active = send[:, None] & adj  # [N_send, N_recv]
     arrivals = active.sum(0, dtype=jnp.int32)  # [N_recv]
     # Offset of each slot from the receiver's first free position, [N_recv, K].
     offset = (jnp.arange(capacity)[None, :] - (state.head + state.count)[:, None]) % capacity
@@ -202,20 +217,78 @@ def push(
     # in column j: a search in that column's running count of senders.
     senders_so_far = jnp.cumsum(active, axis=0, dtype=jnp.int32).T  # [N_recv, N_send]
     source = jax.vmap(jnp.searchsorted)(senders_so_far, rank + 1)  # [N_recv, K]
-    source = jnp.minimum(source, send.shape[0] - 1)
+    source = jnp.minimum(source, active.shape[0] - 1)
 
     def deliver(old, new):
         mask = lands.reshape(lands.shape + (1,) * (old.ndim - 2))
-        return jnp.where(mask, new[source], old)
+        return jnp.where(mask, new, old)
 
-    messages = jax.tree_util.tree_map(deliver, state.messages, outgoing)
+    messages = jax.tree_util.tree_map(deliver, state.messages, pick(source))
     c = state.counters
-    counters = c._replace(
-        sent=c.sent + active.sum(1, dtype=jnp.int32),
-        received=c.received + arrivals,
-        dropped=c.dropped + dropped,
-    )
+    counters = c._replace(received=c.received + arrivals, dropped=c.dropped + dropped)
     return InboxState(messages, head, count, counters)
+
+
+class Transit(NamedTuple):
+    """Messages in flight: the broadcasts of the last D steps, each copy delivered after its edge's delay
+    (:func:`jaxcomm.clock.delivery_steps`). Counters stay conserved: ``sent = received + in flight``.
+
+    Attributes:
+      messages: :class:`Message` with leaves ``[D, N, ...]``: what each node broadcast at step s (slot s % D).
+      edges: ``[D, N, N] bool``: copies sent at that step (sender, receiver) not yet arrived.
+      age: ``[N] int32``: the summed age, in steps from sending to consumption, of the messages each node
+        consumed (1: sent at the step before).
+    """
+
+    messages: Message
+    edges: jax.Array
+    age: jax.Array
+
+    @property
+    def in_flight(self) -> jax.Array:
+        """``[N] int32`` copies on their way to each receiver."""
+        return self.edges.sum((0, 1), dtype=jnp.int32)
+
+
+def transit_init(delays, batch_size: int, payload_dim: int, payload_dtype: jnp.dtype = jnp.float32) -> Transit:
+    """Nothing in flight, for the ``[N, N]`` integer ``delays`` (receiver steps; depth D = max delay + 1)."""
+    n = delays.shape[0]
+    depth = int(delays.max()) + 1
+    box = init(n, depth, batch_size, payload_dim, payload_dtype)
+    messages = jax.tree_util.tree_map(lambda leaf: jnp.moveaxis(leaf, 1, 0), box.messages)  # [D, N, ...]
+    return Transit(messages, jnp.zeros((depth, n, n), bool), jnp.zeros((n,), jnp.int32))
+
+
+def send(
+    state: InboxState,
+    transit: Transit,
+    outgoing: Message,
+    active: jax.Array,
+    step: jax.Array,
+    delays,
+    *,
+    overflow: str = "drop_oldest",
+) -> tuple[InboxState, Transit]:
+    """Puts this step's copies ``active [N_send, N_recv]`` in flight and delivers every copy whose delay ends now:
+    a copy sent at step s along edge (i, j) arrives at step ``s + delays[i, j]`` (0: at once, as :func:`push`).
+    Arrivals at a receiver are appended in sender-id order, as :func:`push`'s."""
+    depth = transit.edges.shape[0]
+    n = active.shape[0]
+    slot = step % depth
+    messages = jax.tree_util.tree_map(lambda past, new: past.at[slot].set(new), transit.messages, outgoing)
+    edges = transit.edges.at[slot].set(active)
+    state = _count_sent(state, active)
+    due_slot = (step - jnp.asarray(delays, jnp.int32)) % depth  # [N_send, N_recv]: when what arrives now left
+    send_ids, recv_ids = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
+    due = edges[due_slot, send_ids, recv_ids]
+    edges = edges.at[due_slot, send_ids, recv_ids].set(False)  # a slot's bit of edge (i, j) is read only now
+    receiver = jnp.arange(n)[:, None]
+
+    def pick(source):  # [N_recv, K] senders -> the message each sent when this copy left
+        when = due_slot[source, receiver]
+        return jax.tree_util.tree_map(lambda leaf: leaf[when, source], messages)
+
+    return _arrive(state, due, pick, overflow), transit._replace(messages=messages, edges=edges)
 
 
 def equilibrium_broadcast_prob(consume_prob: float, num_neighbours: int, factor: float = 1.0) -> float:

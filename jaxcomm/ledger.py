@@ -11,8 +11,11 @@ nodes together, by kind:
 
 :func:`record` turns a booking into the ``bytes`` record every method's history carries:
 ``{"total", "per_node_step", "by_kind": {kind: per node and step}, "data_model", "encoding"}``. The
-helpers below book the usual patterns: messages (:func:`messages`), a ring all-reduce
-(:func:`allreduce`), an all-gather (:func:`allgather`), sending to neighbours (:func:`to_neighbours`).
+helpers below book messages (:func:`messages`) and parameters sent to neighbours (:func:`to_neighbours`).
+
+A method whose traffic is a schedule (every ``H`` steps, the same collective) states it as :class:`Round` values,
+its ``traffic``; :func:`book` prices them in bytes and :mod:`jaxcomm.clock` in seconds, so bytes and time
+are read from the same description.
 
 References:
   Patarasuk & Yuan (2009) (ring all-reduce); Lacaille (2018), §1.3.2.2 (what a message costs).
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from jaxcomm import bandwidth
 from jaxcomm import exchange as exchanges
 
 KINDS = ("inputs", "payload", "parameters", "indices")
@@ -66,21 +68,65 @@ def messages(copies: int, one: Booking) -> Booking:
     return one.scale(copies)
 
 
-def allreduce(num_nodes: int, num_values: int, rounds: int, *, bytes_per_value: int = 4) -> Booking:
-    """``rounds`` ring all-reduces of ``num_values`` values by every node: ``2 (N-1)/N x 4 V`` each, per node."""
-    return Booking(parameters=rounds * num_nodes * bandwidth.allreduce_bytes(num_nodes, num_values,
-                                                                             bytes_per_value=bytes_per_value))
-
-
-def allgather(num_nodes: int, message_bytes: float, rounds: int) -> Booking:
-    """``rounds`` all-gathers of every node's ``message_bytes`` message (messages of different supports cannot be
-    summed on the way): each node sends its message to the N - 1 others."""
-    return Booking(parameters=float(rounds * num_nodes * (num_nodes - 1) * message_bytes))
-
-
 def to_neighbours(copies: int, num_values: int, *, bytes_per_value: int = 4) -> Booking:
     """``copies`` parameter messages of ``num_values`` values each (one per out-edge and round: gossip)."""
     return Booking(parameters=float(copies * num_values * bytes_per_value))
+
+
+PATTERNS = ("allreduce", "allgather", "neighbours")
+
+
+class Round(NamedTuple):
+    """One recurring exchange of a method's schedule: a collective every ``every`` steps.
+
+    Attributes:
+      pattern: "allreduce" (a ring all-reduce of a ``nbytes`` vector held by every node), "allgather" (every
+        node's ``nbytes`` message reaches the N - 1 others: messages that cannot be summed on the way) or
+        "neighbours" (every node sends ``nbytes`` to each of its out-neighbours, ``edges`` copies in all).
+      nbytes: one node's contribution (see ``pattern``).
+      every: steps between rounds; a round ends steps ``every, 2 every, ...``.
+      blocking: the nodes wait for it (synchronous); False: it overlaps the ``every`` steps of compute before
+        the next round (codistillation's checkpoints).
+      parts: collectives the round is split into, one after the other (PowerSGD's P and Q: 2); each pays the
+        latency.
+      edges: directed edges a "neighbours" round sends along (all nodes together).
+      kind: the ledger kind the bytes are booked as (:data:`KINDS`).
+    """
+
+    pattern: str
+    nbytes: float
+    every: int = 1
+    blocking: bool = True
+    parts: int = 1
+    edges: int = 0
+    kind: str = "parameters"
+
+    def sent_per_round(self, num_nodes: int) -> float:
+        """Bytes all nodes send in one round: ``N x 2 (N-1)/N x nbytes`` (ring all-reduce), ``N (N-1) x nbytes``
+        (all-gather), ``edges x nbytes`` (neighbours)."""
+        if self.pattern == "allreduce":
+            return 2.0 * (num_nodes - 1) * self.nbytes
+        if self.pattern == "allgather":
+            return float(num_nodes * (num_nodes - 1) * self.nbytes)
+        if self.pattern == "neighbours":
+            return float(self.edges * self.nbytes)
+        raise ValueError(f"pattern must be one of {PATTERNS}, got {self.pattern!r}")
+
+    def rounds_done(self, steps_done: int) -> int:
+        return int(steps_done) // self.every
+
+
+def book(traffic: tuple[Round, ...], num_nodes: int, steps_done: int) -> Booking:
+    """What a schedule of :class:`Round` values has sent after ``steps_done`` steps, by kind."""
+    total = Booking()
+    for r in traffic:
+        total = total + Booking(**{r.kind: r.rounds_done(steps_done) * r.sent_per_round(num_nodes)})
+    return total
+
+
+def per_node_step(traffic: tuple[Round, ...], num_nodes: int) -> float:
+    """Bytes a schedule sends per node and step, on average over a round."""
+    return sum(r.sent_per_round(num_nodes) / r.every for r in traffic) / num_nodes
 
 
 def record(booking: Booking, *, num_nodes: int, steps: int, data_model: str = "private",

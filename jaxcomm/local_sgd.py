@@ -90,13 +90,18 @@ class LocalSGD:
         """The global model (a population of one)."""
         return state.global_model
 
+    @property
+    def traffic(self) -> tuple[ledger.Round, ...]:
+        """One blocking ring all-reduce of the float32 parameters (or outer gradients) at every round's end."""
+        return (ledger.Round("allreduce", 4.0 * self.num_params, every=self.sync_every),)
+
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
         """One ring all-reduce of the parameters at every round's end (``steps_done // H`` rounds)."""
-        return ledger.allreduce(self.config.num_nodes, self.num_params, steps_done // self.sync_every)
+        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
 
     def bytes_per_node_step(self) -> float:
         """One ring all-reduce of the float32 parameters every H steps: ``2 (N-1)/N x 4 P / H``."""
-        return bandwidth.allreduce_bytes(self.config.num_nodes, self.num_params) / self.sync_every
+        return ledger.per_node_step(self.traffic, self.config.num_nodes)
 
 
 def diloco_outer(learning_rate: float = 0.7, momentum: float = 0.9) -> optax.GradientTransformation:

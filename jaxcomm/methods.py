@@ -26,13 +26,14 @@ same minibatches.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
 import jax
 
-from jaxcomm import classifier, driver, ledger, network
+from jaxcomm import classifier, clock, driver, ledger, network
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -55,6 +56,10 @@ class Built(Protocol):
       layout: how the "eager" step loop holds the state (None: as it is).
       models_of: ``models_of(state)``: the K models evaluated (every node's, or one shared model).
       booking: ``booking(state, steps_done, data_model) -> jaxcomm.ledger.Booking``: what was sent so far.
+      traffic: optional, what the clock reads (:mod:`jaxcomm.clock`): the schedule as
+        :class:`jaxcomm.ledger.Round` values (or a function of the state returning them); a method with one
+        books its bytes from it (:func:`jaxcomm.ledger.book`). A ``build`` that takes a ``cluster`` keyword is
+        given the run's (:func:`build`).
     """
 
     config: network.NetworkConfig
@@ -123,29 +128,43 @@ def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[st
         extra=lambda state, steps_done: {"bytes": bytes_record(built, state, steps_done)})
 
 
-def _system(method: Method, built: Built, dataset: ImageDataset, eval_split) -> driver.System:
-    return (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
+def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
+            cluster: clock.Cluster | None = None) -> driver.System:
+    system = (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
+    if cluster is None:
+        return system
+    evaluate = system.evaluate
+    return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
+        "clock": clock.reading(cluster, built, state, steps_done)})
 
 
-def build(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset) -> Built:
-    """``method.build`` for ``dataset``'s image shape and classes, on the method's config."""
+def build(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset, *,
+          cluster: clock.Cluster | None = None) -> Built:
+    """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` passed on
+    to a ``build`` that takes one (whose training the links change: output sharing's messages in flight)."""
+    takes_cluster = "cluster" in inspect.signature(method.build).parameters
     return method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
-                        num_classes=dataset.num_classes)
+                        num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
 
 
 def train(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
-          donate: bool | None = None) -> dict:
+          donate: bool | None = None, cluster: clock.Cluster | None = None) -> dict:
     """Trains one run of ``method`` under the one driver (:func:`jaxcomm.driver.train`).
 
+    ``cluster`` (a :class:`jaxcomm.clock.Cluster`): every record gets the run's virtual ``clock``
+    (:func:`jaxcomm.clock.reading`), and a method whose ``build`` takes the cluster trains under its links
+    (output sharing: messages in flight).
+
     Returns:
-      The driver's dict (``history``: one record per evaluation with ``bytes``; ``final``; ``state``; ...) plus
-      ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the final record's).
+      The driver's dict (``history``: one record per evaluation with ``bytes``, and ``clock`` under a cluster;
+      ``final``; ``state``; ...) plus ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the
+      final record's).
     """
-    built = build(method, config, model, dataset)
+    built = build(method, config, model, dataset, cluster=cluster)
     config = built.config
-    result = driver.train(_system(method, built, dataset, eval_split), _data(dataset, config),
+    result = driver.train(_system(method, built, dataset, eval_split, cluster), _data(dataset, config),
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
@@ -177,7 +196,7 @@ def check_runs(method: Method, configs: Sequence[network.NetworkConfig]) -> None
 def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
-          mode: str = "auto", donate: bool | None = None) -> list[dict]:
+          mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None) -> list[dict]:
     """Trains R runs of ``method`` as one sweep (:func:`jaxcomm.sweep.train_runs`); each result equals
     :func:`train`'s of the run alone.
 
@@ -187,14 +206,14 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
       mode: "population" (one population of R x N nodes, the step vmapped over runs), "sequential" (run by run,
         one compiled step), or "auto": run by run under the "unrolled" and "loop" backends (CPU convolutions),
         else one population (:func:`jaxcomm.sweep.choose_mode`).
-      eval_split, progress, desc, checkpointer, divergence, donate: as :func:`train`.
+      eval_split, progress, desc, checkpointer, divergence, donate, cluster: as :func:`train`.
 
     Returns:
       R dicts as :func:`train` returns, in the order of ``configs``, each with ``sweep`` = ``{"runs", "mode"}``.
     """
     configs = [method.config_for(c) for c in configs]
     method.check(configs) if method.check is not None else check_runs(method, configs)
-    first = build(method, configs[0], model, dataset)
+    first = build(method, configs[0], model, dataset, cluster=cluster)
     builts = [dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first) else first._replace(config=c)
               for c in configs]
     base = _data(dataset, configs[0])
@@ -202,7 +221,7 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, mode, first.step_loop)
-    results = sweeps.train_runs([_system(method, b, dataset, eval_split) for b in builts], states, datas,
+    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster) for b in builts], states, datas,
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,
                                 nodes_per_run=configs[0].num_nodes, progress=progress, desc=desc or method.name,

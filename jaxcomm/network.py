@@ -294,6 +294,8 @@ class NetworkState(NamedTuple):
         scheduled down): the reachable nodes of a collective decision.
       param_copies: ``[] int32`` parameter messages gossip averaging has sent (one per live edge and
         round), booked in the byte ledger (:func:`booking`).
+      transit: messages in flight (:class:`jaxcomm.inbox.Transit`) of a network built for a cluster
+        (``make_network(cluster=)``); None: messages arrive at once.
     """
 
     nodes: population.NodeState
@@ -305,6 +307,7 @@ class NetworkState(NamedTuple):
     up: jax.Array
     alive: jax.Array
     param_copies: jax.Array
+    transit: inbox.Transit | None = None
 
 
 class StepInfo(NamedTuple):
@@ -414,6 +417,8 @@ class Network:
         :func:`train_network` stops on unless told otherwise.
       sample_bytes: bytes of one input as held (a uint8 image), what a message's inputs cost.
       node_values: values a node holds (parameters and model state), what gossip sends per edge.
+      delays: ``[N, N] int32`` receiver steps a message spends in flight on each edge, on the cluster the
+        network was built for (:func:`jaxcomm.clock.delivery_steps`); None: none.
     """
 
     config: NetworkConfig
@@ -429,6 +434,7 @@ class Network:
     divergence: float | None
     sample_bytes: int = 0
     node_values: int = 0
+    delays: np.ndarray | None = None
 
     @property
     def layout(self) -> driver.Layout | None:
@@ -442,6 +448,20 @@ class Network:
     def booking(self, state: NetworkState, steps_done: int = 0, data_model: str | None = None) -> ledger.Booking:
         """What the network has sent so far (:func:`booking`)."""
         return booking(self, state, data_model=data_model)
+
+    def traffic(self, state: NetworkState) -> tuple[ledger.Round, ...]:
+        """Gossip averaging's schedule: a node's values to each out-neighbour every ``gossip_every`` steps (the
+        messages are asynchronous: :meth:`uplink_bytes`)."""
+        if not self.config.gossip_every:
+            return ()
+        return (ledger.Round("neighbours", 4.0 * self.node_values, every=self.config.gossip_every,
+                             edges=int(np.sum(population.to_host(state.adj)))),)
+
+    def uplink_bytes(self, state: NetworkState) -> np.ndarray:
+        """``[N]`` bytes of the message copies each node has sent (under the config's data model)."""
+        if state.inbox is None:
+            return np.zeros(self.config.num_nodes)
+        return population.to_host(state.inbox.counters.sent).astype(float) * self.message_bytes
 
 
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
@@ -503,6 +523,7 @@ def make_network(
     num_classes: int,
     graph: np.ndarray | jax.Array | topology.GraphFn | None = None,
     exchange: exchanges.Exchange | None = None,
+    cluster: Any = None,
 ) -> Network:
     """Builds the pure functions of a network of ``model`` nodes.
 
@@ -518,6 +539,9 @@ def make_network(
       exchange: what messages carry (:class:`jaxcomm.exchange.Exchange`); None:
         the config's named content. A :class:`NodeProgram` makes its own payload;
         the exchange then only says whether messages are sent and their bytes.
+      cluster: a :class:`jaxcomm.clock.Cluster`: messages spend the receiver steps their transfer takes in
+        flight (:func:`jaxcomm.clock.delivery_steps`, from the out-degrees of the graph at step 0 of the
+        config's seed); None: they arrive at once.
 
     Returns:
       A :class:`Network`.
@@ -568,6 +592,16 @@ def make_network(
                                 in_axes=(None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ()))
     mix = gossip(config.gossip_every) if config.gossip_every else None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
+    sample_bytes = int(np.prod(image_shape))
+    message_bytes = exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
+                                            data_model=config.data_model)
+    delays = None
+    if cluster is not None and sends:
+        from jaxcomm import clock  # the clock reads the ledger, which reads this module's exchanges
+
+        first = np.asarray(graph_fn(jax.random.PRNGKey(config.seed), jnp.zeros((), jnp.int32)), bool)
+        delays = clock.delivery_steps(cluster, np.ones_like(first) & ~np.eye(n, dtype=bool), message_bytes,
+                                      copies=first.sum(1))
 
     def init(key: jax.Array) -> NetworkState:
         keys = streams.init_keys(key)
@@ -576,7 +610,8 @@ def make_network(
         everyone = jnp.ones((n,), bool)
         return NetworkState(nodes, box, jnp.asarray(graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool),
                             jnp.zeros((), jnp.int32), keys.run, keys.graph, everyone, everyone,
-                            jnp.zeros((), jnp.int32))
+                            jnp.zeros((), jnp.int32),
+                            None if delays is None else inbox.transit_init(delays, b, payload_dim))
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         tuned = data.settings
@@ -593,11 +628,13 @@ def make_network(
         local_targets = jax.nn.one_hot(data.labels[local], num_classes)
         got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
-        indices = local
+        indices, transit = local, state.transit
         if sends:
             box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0))
             indices = jnp.where(got[:, None], message.indices, local)
             payload, source = message.payload, jnp.where(got, message.sender, -1)
+            if transit is not None:
+                transit = transit._replace(age=transit.age + jnp.where(got, state.step - message.sent_step, 0))
         images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
         nodes, (loss, outgoing) = population.state_and_aux(node_step(
             tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
@@ -615,17 +652,19 @@ def make_network(
             sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
                                  jnp.full((n,), state.step, jnp.int32))
             receivers = adj & alive[None, :] if failures is not None else adj
-            box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
+            if transit is None:
+                box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
+            else:
+                box, transit = inbox.send(box, transit, sent, broadcast[:, None] & receivers, state.step, delays,
+                                          overflow=config.overflow)
         new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=keys.next, up=up,
-                                   alive=alive, param_copies=param_copies)
+                                   alive=alive, param_copies=param_copies, transit=transit)
         return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
 
-    sample_bytes = int(np.prod(image_shape))
     abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only
-    return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange,
-                   exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
-                                           data_model=config.data_model), family, program.divergence,
-                   sample_bytes, bandwidth.num_params((abstract.params, abstract.model_state)))
+    return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange, message_bytes, family,
+                   program.divergence, sample_bytes, bandwidth.num_params((abstract.params, abstract.model_state)),
+                   delays)
 
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
@@ -640,7 +679,14 @@ def counter_totals(state) -> dict:
     if box is None:
         return {field: 0 for field in inbox.InboxCounters._fields} | {"pending": 0}
     counters, pending = population.to_host((box.counters, box.count))
-    return {field: int(np.sum(value)) for field, value in counters._asdict().items()} | {"pending": int(pending.sum())}
+    totals = {field: int(np.sum(value)) for field, value in counters._asdict().items()}
+    totals["pending"] = int(pending.sum())
+    transit = getattr(state, "transit", None)
+    if transit is not None:  # sent = received + in flight; the mean age of a consumed message, in steps
+        in_flight, age = population.to_host((transit.in_flight, transit.age))
+        totals |= {"in_flight": int(np.sum(in_flight)),
+                   "mean_age": float(np.sum(age) / totals["consumed"]) if totals["consumed"] else None}
+    return totals
 
 
 Evaluator = Callable[["Network", "NetworkState", int], dict]
@@ -695,9 +741,9 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, na
     (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs; :mod:`jaxcomm.network_sweep`)."""
     from jaxcomm import methods, network_sweep  # they build on this module
 
-    def build(config, model, *, image_shape, num_classes):
+    def build(config, model, *, image_shape, num_classes, cluster=None):
         return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=graph,
-                            exchange=exchange)
+                            exchange=exchange, cluster=cluster)
 
     label = name or ("outputs" if exchange is None else exchange.name)
     return methods.Method(

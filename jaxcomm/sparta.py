@@ -56,9 +56,14 @@ class Sparta:
     def models_of(self, state: SpartaState) -> population.NodeState:  # every node's
         return state.nodes
 
+    @property
+    def traffic(self) -> tuple[ledger.Round, ...]:
+        """Every step, blocking: ``p x P`` float32 values along each edge (the expected count of the mask)."""
+        return (ledger.Round("neighbours", 4.0 * round(self.fraction * self.num_params), edges=self.edges),)
+
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
-        """Every step, ``p x P`` values along each edge (the expected count of the Bernoulli mask)."""
-        return ledger.to_neighbours(steps_done * self.edges, round(self.fraction * self.num_params))
+        """Every step, ``p x P`` values along each edge (:attr:`traffic`)."""
+        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
 
 
 def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None) -> methods.Method:
