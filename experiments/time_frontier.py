@@ -83,8 +83,10 @@ def frontier_of(config: TimeFrontierConfig, checkpoints: Checkpoints | None, pro
         out = bf.run(fcfg, checkpoints=checkpoints, progress=progress)
         return {**out, "config": dataclasses.asdict(fcfg), "frontier_config": fcfg}, out["curves"]
     summary = bf.merge_runs(pathlib.Path(config.frontier_dir))
-    curves = [c for _, cs in [results.read_run(config.frontier_dir)] + results.read_runs_below(
-        config.frontier_dir, experiment=bf.EXPERIMENT) for c in cs]
+    refused = {other["folder"] for other in summary["other_runs"]}  # runs the frontier itself leaves out
+    curves = [c for run, cs in [results.read_run(config.frontier_dir)] + results.read_runs_below(
+        config.frontier_dir, experiment=bf.EXPERIMENT) if pathlib.Path(run["out_dir"]).name not in refused
+        for c in cs]
     fields = {f.name for f in dataclasses.fields(bf.BandwidthFrontierConfig)}
     fcfg = bf.BandwidthFrontierConfig(**{k: tuple(v) if isinstance(v, list) else v
                                          for k, v in summary["config"].items() if k in fields}
@@ -114,8 +116,8 @@ def timed_row(row: dict, curves: list[dict], traffic: tuple, cluster: clock.Clus
     timed = []
     for curve in curves:
         sent = per_seed[curve["seed"]].get("bytes_per_node_step") or 0.0
-        seconds = curve.get("seconds") or [clock.seconds(cluster, traffic, n, step, uplink_bytes=np.full(
-            n, sent * step) if messages else None)["seconds"] for step in curve["steps"]]
+        seconds = [clock.seconds(cluster, traffic, n, step, uplink_bytes=np.full(n, sent * step) if messages
+                                 else None)["seconds"] for step in curve["steps"]]
         reached = [s for s, a in zip(seconds, curve["accuracy"], strict=True) if a >= target]
         timed.append({"seed": curve["seed"], "seconds": seconds, "to_target": reached[0] if reached else None})
     ordered = sorted(timed, key=lambda t: np.inf if t["to_target"] is None else t["to_target"])
@@ -136,13 +138,15 @@ def run(config: TimeFrontierConfig, *, checkpoints: Checkpoints | None = None, p
     model = chapter2.model(dataset.num_classes)
     n, rows = fcfg.num_nodes, summary["rows"]
     step = config.seconds_per_step or measured_step(summary)
-    target = rows["isolated"]["accuracy"]
+    target = min(p["accuracy"] for p in rows["isolated"]["per_seed"])  # what every isolated seed reaches
     by_row: dict[str, list[dict]] = {}
     for c in curves:
         by_row.setdefault(c["run"], []).append(c)
+    stopped = sorted(name for name, row in rows.items() if row["accuracy"] is None)  # a seed diverged: no time
+    rows = {name: row for name, row in rows.items() if name not in stopped}
     schedules = {name: traffic_of(fcfg, row["spec"], model, dataset) for name, row in rows.items()
                  if not name.endswith("_shared")}
-    links, rerun_curves = {}, []
+    links, rerun_curves, reruns = {}, [], {}  # reruns: (row, delays) -> trained; equal delays train alike
     for link_name in config.links:
         cluster = clock.Cluster(clock.Compute(step, source="measured" if not config.seconds_per_step else "given"),
                                 clock.LINKS[link_name])
@@ -154,18 +158,25 @@ def run(config: TimeFrontierConfig, *, checkpoints: Checkpoints | None = None, p
                                     messages)
             table[name]["rerun"] = False
             if name in config.rerun and link_name != "instant" and row.get("data_model") != "shared":
-                out = bf.run_method(fcfg, method, dataset, spec=row["spec"], progress=progress, cluster=cluster,
-                                    checkpoints=checkpoints.sub(link_name) if checkpoints else None)
+                delays = methods_.build(method, bf.base_network(fcfg, fcfg.seed).replace(
+                    backend="vmap", step_loop="scan"), model, dataset, cluster=cluster).delays
+                key = (name, delays.tobytes())
+                if key not in reruns:
+                    reruns[key] = bf.run_method(fcfg, method, dataset, spec=row["spec"], progress=progress,
+                                                cluster=cluster, checkpoints=checkpoints.sub(link_name)
+                                                if checkpoints else None) | {"link": link_name}
+                    rerun_curves += [c | {"link": link_name} for c in reruns[key]["curves"]]
+                out = reruns[key]
                 again = out["rows"][name]
-                rerun_curves += [c | {"link": link_name} for c in out["curves"]]
                 table[name] = timed_row(again, out["curves"], traffic, cluster, n, target, messages) | {
                     "rerun": True, "instant_accuracy": row["accuracy"],
                     "vs_instant": _paired(again["per_seed"], row["per_seed"]),
-                    "delay_steps": _delays(out["curves"])}
+                    "delay_steps": _delays(out["curves"]) | {"median": float(np.median(delays[delays > 0]))},
+                    "trained_under": out["link"]}
         links[link_name] = {"rows": table, "link": clock.LINKS[link_name]._asdict(), "seconds_per_step": step}
     return {"rows": {}, "links": links, "target": target, "frontier_dir": config.frontier_dir,
             "frontier_command": summary.get("command"), "frontier_commit": summary.get("git_commit"),
-            "num_nodes": n, "curves": rerun_curves}
+            "num_nodes": n, "eval_every": fcfg.eval_every, "stopped": stopped, "curves": rerun_curves}
 
 
 def _paired(again: list[dict], before: list[dict]) -> dict:
@@ -176,10 +187,10 @@ def _paired(again: list[dict], before: list[dict]) -> dict:
             "ci95": list(stats.paired_ci95(diffs, digits=None)) if len(diffs) > 1 else None}
 
 
-def _delays(curves: list[dict]) -> dict | None:
+def _delays(curves: list[dict]) -> dict:
     counters = [c.get("counters") or {} for c in curves]
     ages = [c["mean_age"] for c in counters if c.get("mean_age") is not None]
-    return {"mean_age": float(np.mean(ages))} if ages else None
+    return {"mean_age": float(np.mean(ages)) if ages else None}
 
 
 # --------------------------------------------------------------------------- report
@@ -191,12 +202,27 @@ def _seconds(value: float | None) -> str:
     return f"{value / 60:.1f} min" if value >= 120 else f"{value:.1f} s"
 
 
+TIE = 0.01
+"""Times within 1 % of each other count as a tie (the ordering by time does not separate them)."""
+
+
 def swapped(table: dict[str, dict]) -> list[tuple[str, str]]:
-    """Pairs (a, b) the two orderings disagree on: a sends fewer bytes per node-step than b, yet takes longer."""
+    """Pairs (a, b) the two orderings disagree on: a sends fewer bytes per node-step than b, yet takes more than
+    :data:`TIE` longer."""
     names = sorted(table)
     return [(a, b) for a in names for b in names
             if table[a]["bytes_per_node_step"] < table[b]["bytes_per_node_step"]
-            and table[a]["seconds"] > table[b]["seconds"] * (1 + 1e-9)]
+            and table[a]["seconds"] > table[b]["seconds"] * (1 + TIE)]
+
+
+def fastest(table: dict[str, dict]) -> list[str]:
+    """The rows whose every seed reaches the target, soonest (within :data:`TIE`), most accurate first."""
+    done = {name: r for name, r in table.items() if r["reached"] == r["seeds"]}
+    if not done:
+        return []
+    best = min(r["seconds_to_target"] for r in done.values())
+    return sorted((name for name, r in done.items() if r["seconds_to_target"] <= best * (1 + TIE)),
+                  key=lambda name: -done[name]["accuracy"])
 
 
 def table_markdown(summary: dict) -> str:
@@ -205,7 +231,9 @@ def table_markdown(summary: dict) -> str:
     lines += [f"Frontier read: `{summary['frontier_dir'] or '(trained by this run)'}` (command "
               f"`{summary['frontier_command']}`, commit `{summary['frontier_commit']}`); {summary['num_nodes']} nodes. "
               f"Target: the isolated nodes' mean final accuracy, {summary['target']:.1f} %. Seconds to target: the "
-              "median seed's first evaluation at or above it.", ""]
+              "median seed's first evaluation at or above it (the frontier evaluates every "
+              f"{summary['eval_every']} steps, so it is read to that step)."
+              + (f" Not timed (a seed stopped): {', '.join(summary['stopped'])}." if summary["stopped"] else ""), ""]
     for name, link in summary["links"].items():
         spec = link["link"]
         lines += [f"## {name}: {spec['bandwidth'] * 8 / 1e9:g} Gbit/s, {spec['latency'] * 1e3:g} ms"
@@ -217,15 +245,19 @@ def table_markdown(summary: dict) -> str:
         for row_name in sorted(table, key=lambda r: table[r]["seconds"]):
             r = table[row_name]
             trained = "re-timed from the ledger" if not r["rerun"] else (
-                f"rerun in flight: {r['vs_instant']['mean']:+.1f} vs instant"
+                f"rerun in flight ({r['delay_steps']['median']:g} steps; trained under {r['trained_under']}): "
+                f"{r['vs_instant']['mean']:+.1f} vs instant"
                 + (f" [{r['vs_instant']['ci95'][0]:+.1f}, {r['vs_instant']['ci95'][1]:+.1f}]"
                    if r["vs_instant"]["ci95"] else "")
-                + (f", mean age {r['delay_steps']['mean_age']:.1f} steps" if r.get("delay_steps") else ""))
+                + (f", mean age {r['delay_steps']['mean_age']:.1f} steps" if r["delay_steps"]["mean_age"] else ""))
             lines.append(f"| {row_name} | {r['family']} | {r['accuracy']:.1f} ± {r['accuracy_sd']:.1f} | "
                          f"{r['bytes_per_node_step']:,.0f} | {_seconds(r['seconds'])} | "
                          f"{_seconds(r['seconds_to_target'])} ({r['reached']}/{r['seeds']}) | {trained} |")
-        pairs = swapped(table)
-        lines += ["", f"Orderings by bytes and by time disagree on {len(pairs)} of "
+        pairs, first = swapped(table), fastest(table)
+        lines += ["", "Fastest to the target (every seed): " + (", ".join(
+            f"{r} ({_seconds(table[r]['seconds_to_target'])}, {table[r]['accuracy']:.1f} %)" for r in first)
+            if first else "none") + ".",
+                  "", f"Orderings by bytes and by time (ties within {TIE:.0%}) disagree on {len(pairs)} of "
                   f"{len(table) * (len(table) - 1) // 2} pairs"
                   + (": " + "; ".join(f"{a} sends less than {b} but takes longer" for a, b in pairs[:6])
                      + (" ..." if len(pairs) > 6 else "") if pairs else "") + ".", ""]
