@@ -44,18 +44,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def train(args: argparse.Namespace, backend: str) -> dict:
-    """Trains the network in this process (one worker of many, or alone); returns host arrays."""
+def network_config(args: argparse.Namespace, backend: str):
+    """The network every worker trains; building it starts no JAX backend (the workers build it before
+    ``jax.distributed.initialize``, which must come before any backend)."""
+    from jaxcomm import network
+
+    every = args.steps // 2 if args.checkpoint else args.steps
+    return network.NetworkConfig(num_nodes=args.nodes, topology="full", content="logits", temperature=2.0,
+                                 broadcast_prob=0.5 / (args.nodes - 1), num_steps=args.steps,
+                                 eval_every=every, batch_size=16, backend=backend, seed=args.seed)
+
+
+def train(args: argparse.Namespace, config) -> dict:
+    """Trains ``config`` in this process (one worker of many, or alone); returns host arrays."""
     import jax
 
     from jaxcomm import data, network, population
     from jaxcomm.checkpoint import Checkpointer
     from jaxcomm.models import MLP
 
-    every = args.steps // 2 if args.checkpoint else args.steps
-    config = network.NetworkConfig(num_nodes=args.nodes, topology="full", content="logits", temperature=2.0,
-                                   broadcast_prob=0.5 / (args.nodes - 1), num_steps=args.steps,
-                                   eval_every=every, batch_size=16, backend=backend, seed=args.seed)
+    every = config.eval_every
     checkpointer = Checkpointer(args.checkpoint, every=every, resume=args.resume) if args.checkpoint else None
     out = network.train_network(config, MLP(hidden=(32,)), data.load_mnist_sample(), progress=False,
                                 checkpointer=checkpointer)
@@ -70,11 +78,12 @@ def worker(args: argparse.Namespace) -> None:
     import jax
 
     if args.process_id is None:  # the single-process reference: one device, vmap
-        result = train(args, "vmap")
+        result = train(args, network_config(args, "vmap"))
     else:
+        config = network_config(args, "sharded")  # before the backend: it must not start one
         jax.distributed.initialize(f"localhost:{args.port}", num_processes=args.processes,
                                    process_id=args.process_id)
-        result = train(args, "sharded")
+        result = train(args, config)
     if args.process_id in (None, 0):
         import numpy as np
 

@@ -241,7 +241,7 @@ def bad_config_cases() -> list[tuple[str, str, Callable[[], Any]]]:
     ]
     if _device_count() > 1:  # on one device every N divides
         cases.append(("nodes not divisible over devices", "num_nodes",
-                      lambda: net(num_nodes=_device_count() + 1, num_neighbours=1, backend="sharded")))
+                      lambda: net(num_nodes=_device_count() + 1, num_neighbours=1, backend="sharded").check_devices()))
     return cases
 
 

@@ -20,6 +20,7 @@ the same N disjoint shards. This module is those shared parts, written once:
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -45,9 +46,39 @@ def apply_classifier(model: nn.Module, params, model_state, x: jax.Array, *, tra
     """
     variables = {"params": params, **model_state}
     rngs = {"dropout": key} if key is not None else None
+    mode = {"train": train} if takes_train(model) else {}  # a model without train= behaves alike in both
     if train and model_state:
-        return model.apply(variables, x, train=True, rngs=rngs, mutable=list(model_state))
-    return model.apply(variables, x, train=train, rngs=rngs), model_state
+        return model.apply(variables, x, rngs=rngs, mutable=list(model_state), **mode)
+    return model.apply(variables, x, rngs=rngs, **mode), model_state
+
+
+CLASSIFIER_CONTRACT = ("a Flax module whose __call__(self, x) (optionally with train: bool) returns (logits [B, C], "
+                       "features [B, F])")
+
+
+def takes_train(model: nn.Module) -> bool:
+    """Whether ``model.__call__`` takes a ``train`` argument (or any keyword)."""
+    parameters = inspect.signature(type(model).__call__).parameters.values()
+    return any(p.name == "train" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def check_classifier(model: nn.Module, image_shape: tuple[int, ...]) -> None:
+    """Raises TypeError, before anything compiles, naming what a classifier must be (:data:`CLASSIFIER_CONTRACT`)
+    when ``model`` on a ``[1, *image_shape]`` batch does not return ``(logits [1, C], features [1, F])``."""
+    dummy = jax.ShapeDtypeStruct((1, *image_shape), jnp.float32)
+    try:
+        variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), dummy)
+        out = jax.eval_shape(lambda v, x: model.apply(v, x, **({"train": False} if takes_train(model) else {})),
+                             variables, dummy)
+    except TypeError as error:
+        raise TypeError(f"{type(model).__name__} is not a jaxcomm classifier ({error}); expected "
+                        f"{CLASSIFIER_CONTRACT}") from error
+    ok = (isinstance(out, tuple | list) and len(out) == 2
+          and all(hasattr(a, "shape") and len(a.shape) == 2 and a.shape[0] == 1 for a in out))
+    if not ok:
+        got = jax.tree_util.tree_map(lambda a: tuple(a.shape), out)
+        raise TypeError(f"{type(model).__name__} returns {got} on a [1, {', '.join(map(str, image_shape))}] batch; "
+                        f"expected {CLASSIFIER_CONTRACT}")
 
 
 def in_dtype(apply: Callable, dtype) -> Callable:
@@ -86,7 +117,9 @@ def learning_rate(config, peak: float | jax.Array | None = None) -> float | jax.
 
 def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
                     image_shape: tuple[int, ...]) -> Callable[[jax.Array], population.NodeState]:
-    """``init(key) -> NodeState`` of one Flax classifier with ``optimizer``'s state."""
+    """``init(key) -> NodeState`` of one Flax classifier with ``optimizer``'s state (the model checked first:
+    :func:`check_classifier`)."""
+    check_classifier(model, image_shape)
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
 
     def init_node(key: jax.Array) -> population.NodeState:
@@ -257,10 +290,10 @@ def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | N
       reachable: ``[N] bool`` nodes the collective decision may ask (default all).
 
     Returns:
-      ``avg_accuracy`` (mean over all nodes), ``node_accuracies`` ``[N]``, ``collective_accuracy`` per
-      weighting of :data:`jaxcomm.decision.WEIGHTINGS` over the reachable nodes (each None when no node is
-      reachable: there is no collective decision to take), and ``reachable`` (how many),
-      all computed from the same predictions.
+      ``avg_accuracy`` (mean over all nodes; None when no node is reachable: every one is down),
+      ``node_accuracies`` ``[N]``, ``collective_accuracy`` per weighting of :data:`jaxcomm.decision.WEIGHTINGS`
+      over the reachable nodes (each None when no node is reachable: there is no collective decision to take),
+      and ``reachable`` (how many), all computed from the same predictions.
     """
     probs, labels = jnp.asarray(probs), jnp.asarray(labels)
     mask = None if reachable is None else jnp.asarray(reachable, bool)
@@ -268,7 +301,7 @@ def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | N
     count = len(per_node) if mask is None else int(mask.sum())
     collective = {w: (100.0 * float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
                       if count else None) for w in decision.WEIGHTINGS}
-    return {"avg_accuracy": float(per_node.mean()), "node_accuracies": per_node.tolist(),
+    return {"avg_accuracy": float(per_node.mean()) if count else None, "node_accuracies": per_node.tolist(),
             "collective_accuracy": collective, "reachable": count}
 
 

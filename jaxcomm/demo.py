@@ -17,11 +17,12 @@ import time
 
 import numpy as np
 
-from jaxcomm import data, decision, sweep
+from jaxcomm import data, decision, sweep, validation
 from jaxcomm.models import MLP
 from jaxcomm.network import NetworkConfig
 
 
+@validation.named_fields
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
     """What the demo runs; every field is a command-line option.

@@ -31,6 +31,7 @@ References:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -46,6 +47,15 @@ DATA_MODELS = ("private", "shared")
 """What a receiver holds of the sender's data. "private" (the thesis, §2.2.2.1: shards are distinct and
 exclusive): a message must carry its inputs. "shared" (every node holds the whole dataset, as
 codistillation assumes): sample indices suffice."""
+
+
+def takes_key(outgoing: Callable) -> bool:
+    """Whether an exchange's ``outgoing`` takes a ``key`` keyword (:class:`Exchange`)."""
+    try:
+        parameters = inspect.signature(outgoing).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: no key
+        return False
+    return any(p.name == "key" and p.kind is not inspect.Parameter.POSITIONAL_ONLY for p in parameters)
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -68,7 +78,10 @@ class Exchange(NamedTuple):
         received [B, D], consumed []) -> [B, D]``: what a node broadcasts about the
         batch it just trained on. ``targets`` are the one-hot labels of its local
         batch; when ``consumed`` is True the batch came from a message whose
-        payload is ``received``. None: nodes send nothing (isolated nodes).
+        payload is ``received``. None: nodes send nothing (isolated nodes). An
+        ``outgoing`` that takes a ``key`` keyword gets a PRNG key of the node's own
+        stream "outgoing" (:func:`jaxcomm.streams.named`), fresh every step, for
+        noisy or sampled messages; drawing from it changes no other draw.
       loss: ``loss(logits [B, C], features [B, F], received [B, D]) -> []``: a
         node's loss on a consumed message (scaled by the network's ``consumed_weight``).
       payload_bytes: ``payload_bytes(batch_size, D) -> int``: the payload's bytes

@@ -53,7 +53,7 @@ from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset, ImageSplit, accuracy_in_batches
 from jaxcomm.models import to_unit_float
 from jaxcomm.probe import ProbeConfig, fit_probes
-from jaxcomm.validation import integer, is_int, is_real, positive, require, widths
+from jaxcomm.validation import integer, is_int, is_real, named_fields, positive, require, widths
 
 CRITICS = ("gan", "jsd", "infonce")
 ESTIMATORS = ("gumbel", "reinforce")
@@ -504,6 +504,7 @@ def collapse_over_run(curve: dict, *, chance_tolerance: float = 0.05, min_agreem
 # --------------------------------------------------------------------------- the agent population
 
 
+@named_fields
 @dataclasses.dataclass(frozen=True)
 class AgentsConfig:
     """How a population of agent pairs and their probes train (thesis ch. 4); validated on construction.

@@ -73,7 +73,7 @@ from jaxcomm.classifier import (  # noqa: F401  the kit's names, re-exported whe
 from jaxcomm.data import ImageDataset
 from jaxcomm.exchange import CONTENTS, cross_entropy
 from jaxcomm.models import to_unit_float
-from jaxcomm.validation import is_int, is_real, require
+from jaxcomm.validation import is_int, is_real, named_fields, require
 
 INBOX_ON_FAILURE = ("keep", "lose")
 TOPOLOGIES = topology.NAMES
@@ -82,6 +82,7 @@ LR_SCHEDULES = ("constant", "cosine")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
+@named_fields
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
     """A network of communicating classifier nodes; validated on construction.
@@ -230,6 +231,12 @@ class NetworkConfig:
         require(is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
         require(is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
         require(is_int(self.seed), "seed", "an integer", self.seed)
+        # the device count of backend "sharded" is checked when a network is built (check_devices), not here:
+        # building a config starts no JAX backend (a multi-host program builds its configs before
+        # jax.distributed.initialize)
+
+    def check_devices(self) -> None:
+        """Raises ValueError naming ``num_nodes`` when backend "sharded" cannot lay it over the devices."""
         if self.backend == "sharded":
             devices = jax.device_count()
             require(self.num_nodes % devices == 0, "num_nodes",
@@ -380,6 +387,7 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
     optimizer = optax.adam(learning_rate(config, tuned.learning_rate))
     payload_dim = int(exchange.payload_dim(num_classes, feature_dim(model, image_shape)))
     apply = in_dtype(functools.partial(apply_classifier, model), config.compute_dtype)
+    keyed = exchange.sends and exchanges.takes_key(exchange.outgoing)
 
     def loss_fn(params, model_state, images, local_targets, payload, consumed, key):
         (logits, features), model_state = apply(params, model_state, to_unit_float(images), train=True, key=key)
@@ -389,7 +397,8 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
         received = tuned.consumed_weight * exchange.loss(logits, features, payload)
         loss = jnp.where(consumed, received, loss)
         # What this node would broadcast about the batch it just trained on.
-        outgoing = exchange.outgoing(logits, features, local_targets, payload, consumed)
+        outgoing = exchange.outgoing(logits, features, local_targets, payload, consumed,
+                                     **({"key": streams.named(key, "outgoing")} if keyed else {}))
         return loss, (model_state, jax.lax.stop_gradient(outgoing))
 
     return NodeProgram(classifier_init(model, optimizer, image_shape), population.make_train_step(loss_fn, optimizer),
@@ -550,6 +559,7 @@ def make_network(
       ValueError: a graph of the wrong shape, or with self-loops; a ``compute_dtype`` other than
         float32 with a :class:`NodeProgram`.
     """
+    config.check_devices()
     n, b = config.num_nodes, config.batch_size
     by_name = exchange is None
     exchange = exchange or exchanges.named(config.content, temperature=config.temperature)

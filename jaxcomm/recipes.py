@@ -40,11 +40,12 @@ import numpy as np
 from jaxcomm import bandwidth, data, exchange, inbox, network, population, stats
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import NORMS, StridedCNN
-from jaxcomm.validation import integer, one_of, positive, probability, require, widths
+from jaxcomm.validation import integer, named_fields, one_of, positive, probability, require, widths
 
 __all__ = ["Chapter2Recipe", "PRESETS", "cpu", "describe", "smoke", "steps_to_target", "summarize", "thesis"]
 
 
+@named_fields
 @dataclasses.dataclass(frozen=True)
 class Chapter2Recipe:
     """How chapter 2's nodes train; validated on construction. The defaults are the cpu recipe (:func:`cpu`).

@@ -62,7 +62,7 @@ from jaxcomm import driver, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset, ImageSplit, accuracy_in_batches, padded_batches
 from jaxcomm.models import MLP, to_unit_float
-from jaxcomm.validation import is_int, is_real, require
+from jaxcomm.validation import is_int, is_real, named_fields, require
 
 # The order fixes the integer codes used by populations (:func:`scores_by_code`).
 DISTANCES = ("cross_entropy", "euclidean", "random", "learnability")
@@ -241,6 +241,7 @@ def select_hardest(
 PADDINGS = ("by_stack", "all")
 
 
+@named_fields
 @dataclasses.dataclass(frozen=True)
 class SelectionConfig:
     """The teacher, the students and their schedule: every field the engine reads; validated on construction.

@@ -53,7 +53,7 @@ from jaxcomm.models.bigan import BiGAN
 from jaxcomm.models.vae import VAE
 from jaxcomm.network import NodeProgram
 from jaxcomm.probe import DEFAULT_PROBE, ProbeConfig, fit_probes
-from jaxcomm.validation import integer, one_of, positive, probability, require, widths
+from jaxcomm.validation import integer, named_fields, one_of, positive, probability, require, widths
 
 CONSUMED_OBJECTIVES = ("replace", "add")
 FAMILIES = ("vae", "bigan")
@@ -570,6 +570,7 @@ def pictures_of(fn: Callable, state: population.NodeState, images: np.ndarray, k
 # --------------------------------------------------------------------------- config
 
 
+@named_fields
 @dataclasses.dataclass(frozen=True)
 class UnsupervisedConfig:
     """Every setting the library reads for a network of unsupervised nodes; validated on construction.

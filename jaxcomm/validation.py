@@ -1,15 +1,38 @@
 """Config validation in one place: every experiment config checks its fields with these.
 
 Each check raises ``ValueError("<field> must be <allowed>, got <value>")`` at
-construction, before any data is read or anything compiles.
+construction, before any data is read or anything compiles; :func:`named_fields` makes a config refuse a
+field it does not have, naming the closest one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+
+def named_fields(cls: type) -> type:
+    """A config dataclass whose constructor refuses an unknown field by name, with the closest field and the
+    list (a bare dataclass says only "unexpected keyword argument"). Put it above ``@dataclass``."""
+    init, names = cls.__init__, [f.name for f in dataclasses.fields(cls) if f.init]
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                raise TypeError(f"{cls.__name__} has no field {key!r}"
+                                + (f"; did you mean {close[0]!r}?" if close else ".")
+                                + f" Its fields: {', '.join(names)}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = checked
+    return cls
 
 
 def require(ok: bool, field: str, allowed: str, value: Any) -> None:

@@ -185,6 +185,9 @@ def test_collective_decision_asks_only_reachable_nodes():
     expected = decision.collective_accuracy(probs, labels, weighting="vote", mask=np.array([True, False, True]))
     got = network.evaluate(probs, labels, reachable=np.array([True, False, True]))["collective_accuracy"]["vote"]
     assert got == pytest.approx(100 * float(expected))
+    nobody = network.evaluate(probs, labels, reachable=np.zeros(3, bool))  # every node down: no average either
+    assert nobody["avg_accuracy"] is None and set(nobody["collective_accuracy"].values()) == {None}
+    assert nobody["reachable"] == 0 and nobody["node_accuracies"] == everyone["node_accuracies"]
 
 
 # --------------------------------------------------------------------------- bad configs
@@ -200,11 +203,16 @@ def test_bad_config_is_rejected_naming_the_field(rule, field, build_config):
     assert "must be" in str(error.value) and "got" in str(error.value)
 
 
-def test_nodes_must_divide_over_devices_for_the_sharded_backend(monkeypatch):
+def test_nodes_must_divide_over_devices_for_the_sharded_backend_when_built_not_when_configured(monkeypatch):
+    def started():
+        raise AssertionError("building a config started the JAX backend")
+
+    monkeypatch.setattr(jax, "device_count", started)
+    config = network.NetworkConfig(num_nodes=12, num_neighbours=1, backend="sharded")
     monkeypatch.setattr(jax, "device_count", lambda: 8)
     with pytest.raises(ValueError, match="num_nodes must be a multiple of the 8 devices"):
-        network.NetworkConfig(num_nodes=12, num_neighbours=1, backend="sharded")
-    network.NetworkConfig(num_nodes=16, num_neighbours=1, backend="sharded")
+        network.make_network(config, MLP(hidden=(4,)), image_shape=(8, 8, 1), num_classes=4)
+    config.replace(num_nodes=16).check_devices()
 
 
 def test_every_rule_is_counted():
