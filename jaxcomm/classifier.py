@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -378,8 +379,10 @@ def choose_backend(config, train: Callable, init: Callable, node_args: Sequence[
     family = family or speed.family_of(train, jax.eval_shape(init, jax.random.PRNGKey(0)), *node_args)
     timer = (speed.step_timer(train, init, n, node_args)
              if speed.autotune_enabled() and population.AUTO in (config.backend, config.step_loop) else None)
-    backend, step_loop = speed.choose(family, n, batch_size=config.batch_size, backend=config.backend,
-                                      step_loop=config.step_loop, timer=timer)
+    backend, step_loop = speed.choose(
+        family, n, batch_size=config.batch_size, backend=config.backend, step_loop=config.step_loop, timer=timer,
+        planned_steps=config.num_steps,
+        report=lambda line: print(f"jaxcomm: auto chose {line} for {n} {family} nodes", file=sys.stderr, flush=True))
     return backend, step_loop, family
 
 

@@ -210,7 +210,8 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
 
     dispatched: dict[str, float] = {}  # seconds per dispatched step, by backend
 
-    def seconds_per_step(backend: str, step_loop: str) -> float:
+    def seconds_per_step(backend: str, step_loop: str, limit: float = np.inf) -> float:
+        """Seconds per step of the pair; once a timed call is over ``limit`` per step, that call's (no more)."""
         lifted = population.lift(train, backend=backend)
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: population.state_and_aux(lifted(nodes, *args))[0]  # noqa: E731
@@ -235,6 +236,8 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
                 start = time.perf_counter()
                 nodes = jax.block_until_ready(run(nodes))
                 best = min(best, time.perf_counter() - start)
+                if best / length > limit:  # clearly slower than the best so far: no second call
+                    break
             return best / length, nodes
 
         # Fast steps are timed in calls of about MIN_TIMED_SECONDS, so a call's overhead weighs on each step about
@@ -252,7 +255,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         run = runner(length)
         nodes = jax.block_until_ready(run(nodes))  # compiles
         per_step, nodes = timed(run, nodes, length)
-        if fits(per_step) > length and (step_loop != "scan" or known is None):
+        if fits(per_step) > length and per_step <= limit and (step_loop != "scan" or known is None):
             length = fits(per_step)
             run = runner(length)  # a dispatched run, too, must take the steps its time is divided by
             if step_loop == "scan":
@@ -284,28 +287,65 @@ def _write_cache(key: str, entry: dict) -> None:
         pass  # a read-only home: measure again next time
 
 
-def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+SLOWER = 1.5
+"""A candidate whose first timed call is this many times the best so far is ruled out (timed no further), and the
+scan of a backend whose dispatched step is (the scan saves only the dispatch)."""
+MIN_BUDGET_S = 15.0
+"""Seconds a cold choice may spend timing, or a tenth of the run's planned training, whichever is more."""
+
+
+def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, first: tuple[str, str] | None = None,
+                    planned_steps: int = 0, report: Callable[[str], None] | None = None) -> tuple[str, str] | None:
     """The fastest of ``candidates`` for ``timer``'s model, N and device (None if none can run).
 
-    Every pair is timed once per model, N and device and its seconds per step cached (a pair that fails
-    is remembered as failed): a later choice among other candidates times only the pairs not yet measured.
+    Every pair is timed once per model, N and device and its seconds per step cached (a pair that fails is
+    remembered as failed, one ruled out as such): a later choice times only the pairs not yet measured. The
+    likely best (``first``, the shipped table's pick) is timed first; a pair whose first timed call is
+    :data:`SLOWER` times the best so far is not timed further, nor the scan of a backend whose dispatched step
+    is; timing stops once it has spent :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed,
+    whichever is more (the pairs left are timed by a later choice). ``report`` gets one line: what was picked
+    and how long choosing took.
     """
+    start = time.perf_counter()
     entry = _read_cache().get(timer.key, {})
     seconds = {tuple(k.split("/")): v for k, v in entry.get("seconds_per_step", {}).items()}
     failed = {tuple(k.split("/")) for k in entry.get("failed", [])}
+    ruled_out = {tuple(k.split("/")) for k in entry.get("ruled_out", [])}
     missing = [pair for pair in candidates if pair not in seconds and pair not in failed]
-    missing.sort(key=lambda pair: pair[1] != "dispatch")  # a backend's dispatched step sizes its scan (step_timer)
+    backends = list(dict.fromkeys([first[0]] if first in missing else []) | dict.fromkeys(b for b, _ in missing))
+    # the likely best first; a backend's dispatched step sizes its scan (step_timer), so it comes before it
+    missing.sort(key=lambda pair: (backends.index(pair[0]), pair[1] != "dispatch"))
+    timed, left = 0, []
     for pair in missing:
+        best = min((seconds[p] for p in candidates if p in seconds), default=np.inf)
+        budget = max(MIN_BUDGET_S, 0.1 * planned_steps * best) if np.isfinite(best) else np.inf
+        if time.perf_counter() - start > budget:
+            left.append(pair)
+            continue
+        dispatched = seconds.get((pair[0], "dispatch"))
+        if pair[1] == "scan" and dispatched is not None and dispatched > SLOWER * best:
+            seconds[pair] = dispatched  # ruled out by its dispatched step: not compiled
+            ruled_out.add(pair)
+            continue
         try:
-            seconds[pair] = timer.seconds_per_step(*pair)
+            seconds[pair] = timer.seconds_per_step(*pair, limit=SLOWER * best)
+            timed += 1
+            if seconds[pair] > SLOWER * best:
+                ruled_out.add(pair)
         except Exception:  # noqa: BLE001  (a backend this model or device cannot run is no candidate)
             failed.add(pair)
-    if missing:
+    if missing != left:
         _write_cache(timer.key, {"seconds_per_step": {f"{b}/{s}": t for (b, s), t in seconds.items()},
                                  "failed": [f"{b}/{s}" for b, s in sorted(failed)],
+                                 "ruled_out": [f"{b}/{s}" for b, s in sorted(ruled_out)],
                                  "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
     usable = {pair: seconds[pair] for pair in candidates if pair in seconds}
-    return min(usable, key=usable.get) if usable else None
+    chosen = min(usable, key=usable.get) if usable else None
+    if report is not None and missing:
+        report(f"{'/'.join(chosen) if chosen else 'no pair ran'} ({timed} of {len(missing)} pairs timed, "
+               f"{len(ruled_out & set(missing))} ruled out, {len(left)} left for later, chosen in "
+               f"{time.perf_counter() - start:.1f} s)")
+    return chosen
 
 
 def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO,
@@ -337,6 +377,8 @@ def choose(
     backend: str = AUTO,
     step_loop: str = AUTO,
     timer: Timer | None = None,
+    planned_steps: int = 0,
+    report: Callable[[str], None] | None = None,
 ) -> tuple[str, str]:
     """The fastest (backend, step loop): measured here for ``timer``'s model, else the nearest benchmark row's.
 
@@ -359,13 +401,18 @@ def choose(
       backend: "auto" or a fixed backend.
       step_loop: "auto" or a fixed step loop.
       timer: times the model's lifted step (:func:`step_timer`); None reads the benchmark's table.
+      planned_steps: steps the run will train (a tenth of their time may go to choosing: :func:`measured_choice`).
+      report: gets one line saying what timing chose and how long it took.
 
     Returns:
       ``(backend, step_loop)``, neither "auto".
     """
     if timer is not None and AUTO in (backend, step_loop) and autotune_enabled():
         pairs = candidates(num_nodes, backend=backend, step_loop=step_loop)
-        measured = measured_choice(timer, pairs) if len(pairs) > 1 else (pairs[0] if pairs else None)
+        shipped = choose(family, num_nodes, batch_size=batch_size, platform=platform, backend=backend,
+                         step_loop=step_loop)
+        measured = (measured_choice(timer, pairs, first=shipped, planned_steps=planned_steps, report=report)
+                    if len(pairs) > 1 else (pairs[0] if pairs else None))
         if measured is not None:
             return measured
     platform = platform or jax.default_backend()

@@ -8,6 +8,7 @@ import pathlib
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -206,7 +207,7 @@ def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkey
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
     calls = []
 
-    def seconds(backend, step_loop):
+    def seconds(backend, step_loop, limit=np.inf):
         calls.append((backend, step_loop))
         if backend == "unrolled":
             raise RuntimeError("this model cannot unroll")  # a failing candidate is skipped
@@ -233,6 +234,37 @@ def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkey
     assert speed.choose("mlp", 4, timer=timer, platform="cpu") == speed.choose("mlp", 4, platform="cpu")
     assert calls == []
 
+
+
+def test_a_cold_choice_times_the_likely_best_first_rules_out_slow_pairs_and_stops_at_its_budget(tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    clock, calls, lines = [0.0], [], []
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
+    first = speed.choose("conv", 8, platform="cpu")  # the shipped table's pick
+    fast = {first: 0.1, ("map", "dispatch"): 0.12}
+
+    def seconds(backend, step_loop, limit=np.inf):
+        calls.append(((backend, step_loop), limit))
+        clock[0] += 4.0  # compiling and timing a pair: 4 s of the budget
+        return fast.get((backend, step_loop), 1.0)
+
+    chosen = speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds), platform="cpu", planned_steps=100,
+                          report=lines.append)
+    assert calls[0] == (first, np.inf)  # nothing to beat yet
+    assert all(limit == pytest.approx(1.5 * 0.1) for _, limit in calls[1:])  # slower than 0.15 s: one call
+    timed = [pair for pair, _ in calls]
+    assert len(timed) == 4  # 15 s of budget (a tenth of 100 steps at 0.1 s is 1 s): the 4th pair starts at 12 s
+    assert chosen == first and ("vmap", "scan") not in timed  # its dispatched step ruled the scan out uncompiled
+    entry = json.loads((tmp_path / "choices.json").read_text())["a cnn"]
+    assert "vmap/scan" in entry["ruled_out"] and "vmap/dispatch" in entry["ruled_out"]
+    assert lines == [f"{first[0]}/{first[1]} (4 of {len(speed.candidates(8))} pairs timed, 4 ruled out, "
+                     f"{len(speed.candidates(8)) - 6} left for later, chosen in 16.0 s)"]
+    # the pairs left are timed by the next choice, the ones measured are not timed again
+    calls.clear()
+    speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds), platform="cpu", planned_steps=100)
+    assert calls and not {pair for pair, _ in calls} & set(timed)
 
 
 @pytest.mark.parametrize("backend,step_loop", [("unrolled", "dispatch"), ("unrolled", "scan"), ("vmap", "dispatch"),
@@ -263,8 +295,8 @@ def test_a_network_measures_its_own_model_where_it_runs(tmp_path, monkeypatch):
     cache = json.loads((tmp_path / "choices.json").read_text())
     (key, entry), = cache.items()
     assert key.startswith("cpu|") and key.endswith(f"|N=3|timer {speed.TIMER_VERSION}")
-    seconds = entry["seconds_per_step"]
-    assert set(seconds) == {f"{b}/{s}" for b, s in speed.candidates(3)}
+    seconds = entry["seconds_per_step"]  # the pairs timed (or ruled out) within the budget; the others later
+    assert seconds and set(seconds) <= {f"{b}/{s}" for b, s in speed.candidates(3)}
     assert f"{net.backend}/{net.step_loop}" == min(seconds, key=seconds.get)
     assert all(t > 0 for t in entry["seconds_per_step"].values())
     # the same model at another learning rate is the same model; another width is another
