@@ -28,7 +28,7 @@ got a pair 9.3x slower than the best. So "auto" measures where it runs: on first
 use of a model (its one-node step's jaxpr), N and device, :func:`choose` times
 every candidate (backend, step loop) pair for a few steps of the lifted node step
 (:func:`step_timer`) and caches the fastest in a user cache file
-(:func:`cache_file`, outside the installed package). ``JAXCOMM_AUTOTUNE=0`` asks
+(:func:`cache_file`, per Python environment, outside the installed package). ``JAXCOMM_AUTOTUNE=0`` asks
 it not to measure: then it reads the ranking ``experiments/benchmark.py
 --write-choices`` recorded per family and N in ``jaxcomm/assets/backends.json``,
 or the rule of thumb. A model's family is read from what its step computes
@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import pathlib
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -173,9 +174,13 @@ def autotune_enabled() -> bool:
 
 
 def cache_file() -> pathlib.Path:
-    """The measured choices of this user: ``$JAXCOMM_CACHE_DIR/choices.json``, by default under
-    ``$XDG_CACHE_HOME`` (``~/.cache``)``/jaxcomm``."""
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "jaxcomm")
+    """The measured choices of this Python environment: ``$JAXCOMM_CACHE_DIR/choices.json``, by default
+    ``$XDG_CACHE_HOME`` (``~/.cache``)``/jaxcomm/<environment>/choices.json``, one folder per ``sys.prefix`` (each
+    virtual environment, with its own jax and jaxcomm, measures for itself)."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        env = f"{pathlib.Path(sys.prefix).name}-{hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]}"
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "jaxcomm", env)
     return pathlib.Path(root).expanduser() / "choices.json"
 
 
@@ -248,14 +253,17 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
             return min(MAX_TIMED_STEPS, max(steps, int(np.ceil(MIN_TIMED_SECONDS / max(seconds, 1e-9)))))
 
         known = dispatched.get(backend)
-        length = fits(known) if step_loop == "scan" and known is not None else steps
+        # a dispatched or eager run compiles on its first call whatever its length: that call and the first timed
+        # one take a single step, so a slow pair costs its compile and two steps (one if ruled out)
+        length = (fits(known) if known is not None else steps) if step_loop == "scan" else 1
         nodes = population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend)
         if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
             nodes = population.unstack(nodes)
         run = runner(length)
         nodes = jax.block_until_ready(run(nodes))  # compiles
         per_step, nodes = timed(run, nodes, length)
-        if fits(per_step) > length and per_step <= limit and (step_loop != "scan" or known is None):
+        fast = per_step < min(MIN_TIMED_SECONDS, limit)  # slow steps are timed well enough by one-step calls
+        if fast and fits(per_step) > length and (step_loop != "scan" or known is None):
             length = fits(per_step)
             run = runner(length)  # a dispatched run, too, must take the steps its time is divided by
             if step_loop == "scan":
@@ -294,13 +302,14 @@ MIN_BUDGET_S = 15.0
 """Seconds a cold choice may spend timing, or a tenth of the run's planned training, whichever is more."""
 
 
-def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, first: tuple[str, str] | None = None,
+def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, order: Sequence[tuple[str, str]] = (),
                     planned_steps: int = 0, report: Callable[[str], None] | None = None) -> tuple[str, str] | None:
     """The fastest of ``candidates`` for ``timer``'s model, N and device (None if none can run).
 
     Every pair is timed once per model, N and device and its seconds per step cached (a pair that fails is
-    remembered as failed, one ruled out as such): a later choice times only the pairs not yet measured. The
-    likely best (``first``, the shipped table's pick) is timed first; a pair whose first timed call is
+    remembered as failed, one ruled out as such): a later choice times only the pairs not yet measured. Pairs
+    are timed in ``order`` (the shipped table's ranking: the likely best first), the others after; a pair whose
+    first timed call is
     :data:`SLOWER` times the best so far is not timed further, nor the scan of a backend whose dispatched step
     is; timing stops once it has spent :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed,
     whichever is more (the pairs left are timed by a later choice). ``report`` gets one line: what was picked
@@ -311,10 +320,12 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, firs
     seconds = {tuple(k.split("/")): v for k, v in entry.get("seconds_per_step", {}).items()}
     failed = {tuple(k.split("/")) for k in entry.get("failed", [])}
     ruled_out = {tuple(k.split("/")) for k in entry.get("ruled_out", [])}
-    missing = [pair for pair in candidates if pair not in seconds and pair not in failed]
-    backends = list(dict.fromkeys([first[0]] if first in missing else []) | dict.fromkeys(b for b, _ in missing))
-    # the likely best first; a backend's dispatched step sizes its scan (step_timer), so it comes before it
-    missing.sort(key=lambda pair: (backends.index(pair[0]), pair[1] != "dispatch"))
+    missing = []
+    for pair in [*order, *candidates]:
+        if pair in candidates and pair not in seconds and pair not in failed and pair not in missing:
+            if pair[1] == "scan" and (pair[0], "dispatch") in candidates and (pair[0], "dispatch") not in seconds:
+                missing += [(pair[0], "dispatch")] * ((pair[0], "dispatch") not in missing)  # it sizes the scan
+            missing.append(pair)
     timed, left = 0, []
     for pair in missing:
         best = min((seconds[p] for p in candidates if p in seconds), default=np.inf)
@@ -409,27 +420,37 @@ def choose(
     """
     if timer is not None and AUTO in (backend, step_loop) and autotune_enabled():
         pairs = candidates(num_nodes, backend=backend, step_loop=step_loop)
-        shipped = choose(family, num_nodes, batch_size=batch_size, platform=platform, backend=backend,
-                         step_loop=step_loop)
-        measured = (measured_choice(timer, pairs, first=shipped, planned_steps=planned_steps, report=report)
+        measured = (measured_choice(timer, pairs, planned_steps=planned_steps, report=report,
+                                    order=ranking(family, num_nodes, batch_size=batch_size, platform=platform,
+                                                  backend=backend, step_loop=step_loop))
                     if len(pairs) > 1 else (pairs[0] if pairs else None))
         if measured is not None:
             return measured
+    shipped = ranking(family, num_nodes, batch_size=batch_size, platform=platform, backend=backend,
+                      step_loop=step_loop)
+    if shipped:
+        return shipped[0]
     platform = platform or jax.default_backend()
-    fits = lambda b, s: (_allowed(b, s, num_nodes, backend, step_loop)
-                         and (b != "sharded" or s == "dispatch" or step_loop == s))
-    measured = _load_choices().get(platform, {}).get(family)
-    if measured:
-        distance = lambda e: abs(np.log(e["num_nodes"] / num_nodes)) + abs(np.log(e["batch_size"] / batch_size))
-        for b, s in min(measured, key=distance)["ranking"]:
-            if fits(b, s):
-                return b, s
     default_backend, default_loop = rule_of_thumb(family, num_nodes, platform=platform)
     if backend == AUTO:
         backend = "loop" if step_loop == "eager" else default_backend
     if step_loop == AUTO:
         step_loop = {"sharded": "dispatch", "loop": "eager"}.get(backend, default_loop)
     return backend, step_loop
+
+
+def ranking(family: str, num_nodes: int, *, batch_size: int = 32, platform: str | None = None, backend: str = AUTO,
+            step_loop: str = AUTO) -> list[tuple[str, str]]:
+    """The pairs of the benchmark row nearest in log N and log batch size (``jaxcomm/assets/backends.json``), fastest
+    first, without those :func:`choose` may not pick; [] without a row for the platform and family."""
+    platform = platform or jax.default_backend()
+    fits = lambda b, s: (_allowed(b, s, num_nodes, backend, step_loop)  # noqa: E731
+                         and (b != "sharded" or s == "dispatch" or step_loop == s))
+    measured = _load_choices().get(platform, {}).get(family)
+    if not measured:
+        return []
+    distance = lambda e: abs(np.log(e["num_nodes"] / num_nodes)) + abs(np.log(e["batch_size"] / batch_size))  # noqa: E731
+    return [(b, s) for b, s in min(measured, key=distance)["ranking"] if fits(b, s)]
 
 
 def write_backend_choices(summary: dict, platform: str | None = None, *,

@@ -346,3 +346,16 @@ def test_deterministic_sets_the_xla_flag_in_a_fresh_process_and_refuses_after_th
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"})
     assert proc.stdout.split() == ["1", "refused"], proc.stderr
+
+
+def test_each_python_environment_keeps_its_own_measured_choices(monkeypatch, tmp_path):
+    monkeypatch.delenv(speed.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(speed.sys, "prefix", "/envs/a/.venv")
+    first = speed.cache_file()
+    monkeypatch.setattr(speed.sys, "prefix", "/envs/b/.venv")
+    assert first != speed.cache_file() and first.parent.parent == tmp_path / "jaxcomm"
+    package = str(pathlib.Path(speed.__file__).parent)
+    assert first.parent.name.startswith(".venv-") and not str(first).startswith(package)
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path / "mine"))
+    assert speed.cache_file() == tmp_path / "mine" / "choices.json"
