@@ -13,8 +13,8 @@ its traffic timed by :mod:`jaxcomm.clock` from the byte ledger. Methods whose tr
 rows named in ``rerun`` are trained again with their messages in flight (they arrive the receiver steps their
 transfer takes), the same seeds, so the change in accuracy that delays cause is paired.
 
-Each link's table: accuracy, bytes, virtual seconds at the horizon, and the seconds to reach the isolated
-nodes' mean final accuracy (the target: what not communicating reaches in the horizon), with the orderings by
+Each link's table: accuracy, bytes, virtual seconds at the horizon, and the seconds to reach the accuracy every
+isolated seed reaches in the horizon (the target: what not communicating surely gets), with the orderings by
 bytes and by time side by side.
 
 References:

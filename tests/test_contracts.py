@@ -99,3 +99,12 @@ def test_an_exchange_that_takes_a_key_sends_noise_from_its_own_stream(tiny_datas
     sent = [np.asarray(r["state"].inbox.messages.payload) for r in runs.values()]
     assert np.abs(sent[0] - sent[1]).max() > 1.0  # what they carry differs by the noise
     np.testing.assert_array_equal(np.asarray(again["state"].inbox.messages.payload), sent[1])  # same seed, same noise
+
+
+@pytest.mark.parametrize("experiment", ["outputs_exchange", "bandwidth_frontier", "language"])
+def test_an_experiments_help_lists_its_fields_with_defaults_and_the_report_subcommand(experiment):
+    done = subprocess.run([sys.executable, f"experiments/{experiment}.py", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert "config fields (field=value; the cpu preset's values" in done.stdout
+    assert "  seed = 0" in done.stdout and f"python experiments/{experiment}.py report [DIR]" in done.stdout

@@ -22,23 +22,16 @@ def test_readme_has_python_blocks():
 
 @pytest.fixture(scope="module")
 def namespaces() -> list[dict]:
-    """Each block run once, in a namespace of its own; one that needs a name the previous block defined continues
-    it. The full datasets the README names are the shipped 5,000-digit MNIST sample here (no download)."""
+    """Each block run once, on its own: in a fresh namespace, nothing from another block (a reader copies one
+    block). The full datasets the README names are the shipped 5,000-digit MNIST sample here (no download)."""
     sample = data.load_mnist_sample()
     done: list[dict] = []
     with pytest.MonkeyPatch.context() as patch:
         for name in ("load_mnist", "load_cifar10", "load_dataset"):
             patch.setattr(data, name, lambda *args, **kwargs: sample)
         for number, block in enumerate(BLOCKS, 1):
-            code = compile(block, f"README.md python block {number}", "exec")
             namespace = {"__name__": f"readme_block_{number}"}
-            try:
-                exec(code, namespace)  # noqa: S102
-            except NameError as error:
-                if not done or error.name not in done[-1]:
-                    raise
-                namespace = dict(done[-1])
-                exec(code, namespace)  # noqa: S102
+            exec(compile(block, f"README.md python block {number}", "exec"), namespace)  # noqa: S102
             done.append(namespace)
     return done
 

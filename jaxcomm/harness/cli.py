@@ -213,6 +213,7 @@ def main(
     given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog=f"{experiment}.py", description=description,
+                                     epilog=_epilog(experiment, presets, write_report),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu", choices=sorted(presets), help="configuration preset (default cpu)")
     parser.add_argument("--out", default=None,
@@ -418,6 +419,19 @@ def _report(write_report: Callable[..., None], out_dir: pathlib.Path | None, *, 
               f"{out_dir}, redraw with: python experiments/{experiment}.py report {out_dir} --debug", file=sys.stderr)
         return 1
     return 0
+
+
+def _epilog(experiment: str, presets: Mapping[str, Callable[[], Any]], write_report) -> str:
+    """``--help``'s end: every config field with the default preset's value, and the ``report`` subcommand."""
+    preset = "cpu" if "cpu" in presets else next(iter(presets))
+    config = presets[preset]()
+    lines = [f"config fields (field=value; the {preset} preset's values, --show-config for another preset's):"]
+    lines += [f"  {f.name} = {getattr(config, f.name)!r}" for f in dataclasses.fields(config)] \
+        if dataclasses.is_dataclass(config) else []
+    if write_report is not None:
+        lines += ["", f"python experiments/{experiment}.py report [DIR] [--no-plots] redraws a run's table and plots "
+                  "from its summary.json (default DIR: the newest run)"]
+    return "\n".join(lines)
 
 
 def cli(
