@@ -220,7 +220,7 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
     datas = [classifier.run_data(base, dataset.train.labels, c, network.settings(c)) for c in configs]
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
-    mode = sweeps.choose_mode(first.backend, mode, first.step_loop)
+    mode = sweeps.choose_mode(first.backend, mode, first.step_loop, getattr(first, "family", None))
     results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster) for b in builts], states, datas,
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,

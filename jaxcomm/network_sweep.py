@@ -26,7 +26,6 @@ from jaxcomm.sweep import choose_mode, train_runs
 PER_RUN = ("seed", "partition", "dirichlet_alpha", *network.Settings._fields)
 # Graph fields, which may vary only while every run's graph is static (its adjacency then lives in the state).
 GRAPH_FIELDS = ("topology", "num_neighbours", "redraw_every")
-SEQUENTIAL_BACKENDS = ("unrolled", "loop")
 
 Graph = np.ndarray | jax.Array | topology.GraphFn | None
 
@@ -140,7 +139,7 @@ def train_networks(
     base = network.network_data(dataset, first)
     datas = [classifier.run_data(base, dataset.train.labels, c, network.settings(c)) for c in configs]
     states = [initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
-    mode = choose_mode(net.backend, mode, net.step_loop)
+    mode = choose_mode(net.backend, mode, net.step_loop, net.family)
     systems = [network.system(n, evaluator) for n in nets]
     results = train_runs(systems, states, datas, [c.seed for c in configs], mode=mode, num_steps=first.num_steps,
                          eval_every=first.eval_every, nodes_per_run=first.num_nodes, progress=progress, desc=desc,

@@ -28,9 +28,10 @@ Two ways to run a sweep, each equal to the runs alone (tested):
   eager per-node loop, and vmapping convolutions turns them into slow grouped
   convolutions.
 
-``mode="auto"`` follows the node backend :func:`jaxcomm.speed.choose` picked for
-the model: "sequential" under the "unrolled"/"loop" backends (CPU convolutions),
-else "population".
+``mode="auto"`` follows what the nodes compute: "sequential" for convolutional
+nodes on a CPU and for the eager step loop, else "population" (a small MLP whose
+backend timing picked "unrolled" by a hair still sweeps as one population).
+Without a family, the node backend decides: "sequential" under "unrolled"/"loop".
 
 References:
   Lacaille (2018), §2.3 (Table 2.1: six rows, here times seeds).
@@ -63,13 +64,18 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan") -> str:
-    """"population" or "sequential" for the node ``backend`` (see the module docstring); an "eager" ``step_loop``
-    sweeps only run by run."""
+def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan", family: str | None = None) -> str:
+    """"population" or "sequential" for nodes of speed ``family`` (:func:`jaxcomm.speed.family_of`; None: the node
+    ``backend`` decides) under ``backend`` (see the module docstring); an "eager" ``step_loop`` sweeps only run by
+    run."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "auto":
-        mode = "sequential" if backend in SEQUENTIAL_BACKENDS else "population"
+        if family is None:
+            sequential = backend in SEQUENTIAL_BACKENDS
+        else:
+            sequential = step_loop == "eager" or (family == "conv" and jax.default_backend() == "cpu")
+        mode = "sequential" if sequential else "population"
     if mode == "population" and step_loop == "eager":
         raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "
                          "runs mode='sequential' (vmapped over runs it would run op by op)")

@@ -185,3 +185,13 @@ def test_a_diverging_run_is_named_by_run_and_node(tiny_dataset):
     with pytest.raises(driver.LossStop) as stop:
         sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode="population", divergence=5.0)
     assert any("in the sweep: run 1" in note for note in stop.value.__notes__)
+
+
+def test_auto_mode_follows_what_the_nodes_compute():
+    assert sweep.choose_mode("unrolled", "auto", "dispatch", "mlp") == "population"  # a hair faster unrolled
+    assert sweep.choose_mode("unrolled", "auto", "dispatch", "conv") == "sequential"  # CPU convolutions
+    assert sweep.choose_mode("loop", "auto", "eager", "wide_mlp") == "sequential"
+    assert sweep.choose_mode("unrolled", "auto", "scan") == "sequential"  # no family: the backend decides
+    assert sweep.choose_mode("vmap", "auto", "scan") == "population"
+    with pytest.raises(ValueError, match="eager"):
+        sweep.choose_mode("loop", "population", "eager", "mlp")
