@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -40,13 +41,15 @@ class Checkpointer:
       every: save every ``every`` steps (rounded up to whole chunks by the driver).
       resume: whether :func:`jaxcomm.driver.train` starts from the latest
         checkpoint; if False, existing checkpoints of this run are deleted first.
+      on_save: called after every checkpoint is on disk (the harness records the wall time so far).
     """
 
-    def __init__(self, directory: str | os.PathLike, *, every: int, resume: bool = False, keep: int = 2):
+    def __init__(self, directory: str | os.PathLike, *, every: int, resume: bool = False, keep: int = 2,
+                 on_save: Callable[[], None] | None = None):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"checkpoint every must be an integer >= 1, got {every!r}")
         self.directory = pathlib.Path(directory).expanduser().absolute()
-        self.every, self.resume = every, resume
+        self.every, self.resume, self.on_save = every, resume, on_save
         if not resume and self.directory.exists() and jax.process_index() == 0:
             shutil.rmtree(self.directory)
         if jax.process_count() > 1:  # no process may look at the folder while the first still deletes it
@@ -72,6 +75,8 @@ class Checkpointer:
         self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(saved),
                                                          meta=ocp.args.JsonSave(meta)), force=True)
         self._manager.wait_until_finished()
+        if self.on_save is not None:
+            self.on_save()
 
     def restore(self, template: PyTree, step: int | None = None) -> tuple[int, PyTree, dict]:
         """``(step, state, meta)`` of checkpoint ``step`` (default the latest), shaped like ``template``.
@@ -155,17 +160,19 @@ def decode(value: Any) -> Any:
 class Checkpoints:
     """One experiment's checkpoint folder: a :class:`Checkpointer` per named run."""
 
-    def __init__(self, directory: str | os.PathLike, *, every: int, resume: bool = False):
+    def __init__(self, directory: str | os.PathLike, *, every: int, resume: bool = False,
+                 on_save: Callable[[], None] | None = None):
         self.directory = pathlib.Path(directory).expanduser().absolute()
-        self.every, self.resume = every, resume
+        self.every, self.resume, self.on_save = every, resume, on_save
 
     def run(self, name: str) -> Checkpointer:
         """The checkpointer of run ``name`` (a folder name: letters, digits, ``-_.``)."""
         if not name or any(not (c.isalnum() or c in "-_.") for c in name):
             raise ValueError(f"checkpoint run name must be letters, digits, '-', '_' or '.', got {name!r}")
-        return Checkpointer(self.directory / name, every=self.every, resume=self.resume)
+        return Checkpointer(self.directory / name, every=self.every, resume=self.resume, on_save=self.on_save)
 
     def sub(self, name: str) -> Checkpoints:
         """The checkpoints of a part of the experiment, in a folder ``name`` of their own."""
-        self.run(name)  # the same rule for the folder's name
-        return Checkpoints(self.directory / name, every=self.every, resume=self.resume)
+        if not name or any(not (c.isalnum() or c in "-_.") for c in name):
+            raise ValueError(f"checkpoint folder name must be letters, digits, '-', '_' or '.', got {name!r}")
+        return Checkpoints(self.directory / name, every=self.every, resume=self.resume, on_save=self.on_save)

@@ -108,3 +108,15 @@ def test_an_experiments_help_lists_its_fields_with_defaults_and_the_report_subco
     assert done.returncode == 0, done.stderr[-1000:]
     assert "config fields (field=value; the cpu preset's values" in done.stdout
     assert "  seed = 0" in done.stdout and f"python experiments/{experiment}.py report [DIR]" in done.stdout
+
+
+def test_every_checkpoint_on_disk_calls_on_save(tiny_dataset, tmp_path):
+    from jaxcomm.checkpoint import Checkpointer
+
+    saved = []
+    checkpointer = Checkpointer(tmp_path / "run", every=2, on_save=lambda: saved.append(checkpointer.latest_step()))
+    config = network.NetworkConfig(num_nodes=2, num_neighbours=1, batch_size=4, num_steps=4, eval_every=2,
+                                   backend="vmap", step_loop="scan")
+    network.train_network(config, MLP(hidden=(4,), num_classes=4), tiny_dataset, progress=False,
+                          checkpointer=checkpointer)
+    assert saved == [2, 4]

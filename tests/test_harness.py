@@ -306,3 +306,29 @@ def test_the_training_library_parses_no_flags_and_draws_no_plots():
         if bad:
             offenders[str(path.relative_to(ROOT))] = sorted(bad)
     assert not offenders, offenders
+
+
+def test_a_run_killed_outright_resumes_counting_the_wall_time_up_to_its_last_checkpoint(tmp_path):
+    """kill -9 leaves no handler to record the time: every checkpoint records it (``Checkpoints.on_save``)."""
+    calls = []
+
+    class Killed(BaseException):  # nothing in the harness handles it, as nothing runs on SIGKILL
+        pass
+
+    def run(config, *, checkpoints):
+        calls.append(checkpoints.resume)
+        time.sleep(0.4)
+        if len(calls) == 1:
+            (checkpoints.directory / "run0").mkdir(parents=True)  # a checkpoint on disk
+            checkpoints.on_save()  # what every Checkpointer calls once one is
+            time.sleep(0.3)  # lost: after the last checkpoint
+            raise Killed
+        return {"rows": {"r": {"steps": config.steps}}}
+
+    with pytest.raises(Killed):
+        toy_main(tmp_path, "steps=3", run=run)
+    state = json.loads((tmp_path / "checkpoints" / "config.json").read_text())
+    assert 0.4 <= state["wall_seconds"] < 0.7
+    assert toy_main(tmp_path, "steps=3", "--resume", run=run) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["wall_seconds"] >= 0.8  # the first part up to its checkpoint and all of the second

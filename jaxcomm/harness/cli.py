@@ -298,7 +298,9 @@ def main(
                  "git_commit": first, **({"resumed_with": resumed_with} if resumed_with else {})}
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         (ckpt_dir / _STATE).write_text(json.dumps(state, indent=1) + "\n")
-        kwargs["checkpoints"] = Checkpoints(ckpt_dir, every=args.checkpoint_every, resume=resume)
+        # every checkpoint records the wall time so far: a run killed outright (kill -9) resumes counting it
+        kwargs["checkpoints"] = Checkpoints(ckpt_dir, every=args.checkpoint_every, resume=resume, on_save=lambda: (
+            _save_state(ckpt_dir, wall_seconds=before + time.perf_counter() - start)))
 
     def clean_up() -> None:
         """Removes what this run created and left empty: a checkpoints folder without checkpoints, the folder."""
