@@ -171,6 +171,24 @@ def train(method: Method, config: network.NetworkConfig, model: nn.Module, datas
     return _finish(result, built, method)
 
 
+def load(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset,
+         directory: str, *, eval_split: str | Sequence[str] = "test", cluster: clock.Cluster | None = None) -> dict:
+    """A trained run back from its checkpoints in ``directory`` (a :class:`jaxcomm.checkpoint.Checkpointer`'s
+    folder, e.g. ``<out>/checkpoints/<run>`` of an experiment run with ``--keep-checkpoints``), without a
+    training step: :func:`train`'s dict at the latest checkpoint (``state``: every node's parameters, model and
+    optimiser state; ``history``; ``best``: the best-by-validation values where the run kept them).
+
+    ``config`` must build the run's structure (its nodes, model, method); its ``num_steps`` is read from the
+    checkpoint. Raises FileNotFoundError without a checkpoint, ValueError for one of another structure.
+    """
+    checkpointer = Checkpointer(directory, every=1, resume=True)
+    steps = checkpointer.latest_step()
+    if steps is None:
+        raise FileNotFoundError(f"no checkpoint in {directory}")
+    return train(method, config.replace(num_steps=steps), model, dataset, eval_split=eval_split, progress=False,
+                 checkpointer=checkpointer, cluster=cluster)
+
+
 def _data(dataset: ImageDataset, config: network.NetworkConfig) -> classifier.ShardData:
     return classifier.shard_data(dataset, config, network.settings(config))
 

@@ -332,3 +332,13 @@ def test_a_run_killed_outright_resumes_counting_the_wall_time_up_to_its_last_che
     assert toy_main(tmp_path, "steps=3", "--resume", run=run) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["wall_seconds"] >= 0.8  # the first part up to its checkpoint and all of the second
+
+
+def test_keep_checkpoints_leaves_the_trained_states_beside_the_results(tmp_path, capsys):
+    def run(config, *, checkpoints):
+        (checkpoints.directory / "run0").mkdir(parents=True)
+        return {"rows": {"r": {"steps": config.steps}}}
+
+    assert toy_main(tmp_path, "--keep-checkpoints", run=run) == 0
+    assert (tmp_path / "summary.json").is_file() and (tmp_path / "checkpoints" / "run0").is_dir()
+    assert "kept the trained states in" in capsys.readouterr().out

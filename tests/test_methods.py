@@ -174,3 +174,16 @@ def test_sparta_on_a_ring_of_its_own_and_by_spec():
     assert zoo.parse("sparta:0.1").config_for(config(topology="full")).topology == "full"
     with pytest.raises(ValueError, match="fraction"):
         sparta.sparta(1.5)
+
+
+def test_a_trained_run_loads_back_from_its_checkpoints_without_training(tiny_dataset, tmp_path):
+    from jaxcomm.checkpoint import Checkpointer
+
+    method = local_sgd.diloco(2)
+    trained = methods.train(method, config(), MODEL, tiny_dataset, progress=False,
+                            checkpointer=Checkpointer(tmp_path / "run", every=3))
+    loaded = methods.load(method, config(num_steps=999), MODEL, tiny_dataset, str(tmp_path / "run"))
+    assert loaded["resumed_from"] == loaded["steps_done"] == 6 and loaded["history"] == trained["history"]
+    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded["state"], trained["state"])
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        methods.load(method, config(), MODEL, tiny_dataset, str(tmp_path / "nothing"))

@@ -233,6 +233,9 @@ def main(
                                  "interrupted run of this preset)")
         parser.add_argument("--fresh", action="store_true",
                             help="delete the checkpoints of an interrupted run in <out> and start again")
+        parser.add_argument("--keep-checkpoints", action="store_true",
+                            help="keep <out>/checkpoints once the results are written (trained states to load with "
+                                 "jaxcomm.methods.load)")
         parser.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
                             help="save the training state every STEPS steps (default 1000; also on Ctrl-C/SIGTERM)")
     parser.add_argument("overrides", nargs="*", metavar="field=value", help="override config fields")
@@ -353,8 +356,10 @@ def main(
                                  **({"resumed_with": resumed_with} if resumed_with else {}), **result)
     if curves is not None:
         results.write_jsonl(out_dir / "curves.jsonl", curves)
-    if resumable:
+    if resumable and not args.keep_checkpoints:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
+    elif resumable:
+        print(f"kept the trained states in {ckpt_dir} (jaxcomm.methods.load reads a run's folder)")
     print(f"wrote {path} ({wall:.0f} s)")
     if write_report is not None and os.environ.get("JAXCOMM_NO_REPORT") != "1":
         return _report(write_report, out_dir, experiment=experiment, debug=args.debug)
