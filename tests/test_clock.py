@@ -224,3 +224,30 @@ def test_a_synchronous_run_retimed_from_its_ledger_reads_as_a_run_under_the_clus
         assert clock.retime(plain, CLUSTER) == [r["clock"] for r in timed["history"]]
         assert clock.seconds_to_target(timed["history"], -1.0, lambda r: r["avg_accuracy"]) == pytest.approx(
             3 * 0.1 + (3 * 6 * (0.01 + P / 1e6) if method.name.startswith("sync") else 6 * (0.01 + P / 1e6)))
+
+
+def test_messages_in_flight_resume_from_a_checkpoint_bit_for_bit(tiny_dataset, tmp_path, monkeypatch):
+    from jaxcomm import driver
+    from jaxcomm.checkpoint import Checkpointer
+
+    cluster = clock.Cluster(clock.Compute(0.1), clock.Link(1000.0, 0.0))  # a 333-byte message: 4 steps in flight
+    method = network.output_sharing(exchange.true_labels())
+    cfg = config(num_steps=12, eval_every=4, broadcast_prob=1.0)
+    whole = methods.train(method, cfg, MODEL, tiny_dataset, progress=False, cluster=cluster)
+    reading = clock.reading
+
+    def interrupt_at_8(cluster, built, state, steps_done):  # Ctrl-C during the evaluation after step 8
+        if steps_done == 8:
+            raise KeyboardInterrupt
+        return reading(cluster, built, state, steps_done)
+
+    monkeypatch.setattr(clock, "reading", interrupt_at_8)
+    with pytest.raises(driver.Interrupted, match="after 4 steps"):
+        methods.train(method, cfg, MODEL, tiny_dataset, progress=False, cluster=cluster,
+                      checkpointer=Checkpointer(tmp_path / "run", every=4))
+    monkeypatch.setattr(clock, "reading", reading)
+    resumed = methods.train(method, cfg, MODEL, tiny_dataset, progress=False, cluster=cluster,
+                            checkpointer=Checkpointer(tmp_path / "run", every=4, resume=True))
+    assert resumed["resumed_from"] == 4 and whole["built"].delays.max() == 4
+    assert resumed["final"]["counters"] == whole["final"]["counters"] and whole["final"]["counters"]["in_flight"]
+    jax.tree_util.tree_map(np.testing.assert_array_equal, resumed["state"], whole["state"])
