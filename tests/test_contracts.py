@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -120,3 +122,24 @@ def test_every_checkpoint_on_disk_calls_on_save(tiny_dataset, tmp_path):
     network.train_network(config, MLP(hidden=(4,), num_classes=4), tiny_dataset, progress=False,
                           checkpointer=checkpointer)
     assert saved == [2, 4]
+
+
+def test_the_demo_writes_nothing_under_the_installed_package(tmp_path):
+    """Many clusters install read-only: the choices cache, compiled programs and results go elsewhere."""
+    site = tmp_path / "site"  # the package as an install lays it out (pure Python: its folder, assets included)
+    shutil.copytree(ROOT / "jaxcomm", site / "jaxcomm", ignore=shutil.ignore_patterns("__pycache__"))
+    package = site / "jaxcomm"
+    before = {p: p.stat().st_mtime_ns for p in package.rglob("*")}
+    env = {k: v for k, v in os.environ.items() if k != "JAXCOMM_AUTOTUNE"}  # the demo times its choice, too
+    env |= {"PYTHONPATH": str(site), "JAXCOMM_CACHE_DIR": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1"}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    found = subprocess.run([sys.executable, "-c", "import jaxcomm; print(jaxcomm.__file__)"], cwd=work,
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert found.stdout.strip() == str(package / "__init__.py"), found.stderr[-1000:]
+    demo = ["demo", "--nodes", "2", "--neighbours", "1", "--steps", "10", "--seeds", "1", "--no-progress"]
+    ran = subprocess.run([sys.executable, "-m", "jaxcomm", *demo], cwd=work, capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in package.rglob("*")} == before  # nothing new, nothing changed
+    assert (tmp_path / "cache" / "choices.json").is_file()
