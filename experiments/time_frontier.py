@@ -230,7 +230,8 @@ def table_markdown(summary: dict) -> str:
                            "time_frontier.py")
     lines += [f"Frontier read: `{summary['frontier_dir'] or '(trained by this run)'}` (command "
               f"`{summary['frontier_command']}`, commit `{summary['frontier_commit']}`); {summary['num_nodes']} nodes. "
-              f"Target: the isolated nodes' mean final accuracy, {summary['target']:.1f} %. Seconds to target: the "
+              f"Target: {summary['target']:.1f} %, what every isolated seed reaches at the horizon (the lowest of "
+              "their final accuracies). Seconds to target: the "
               "median seed's first evaluation at or above it (the frontier evaluates every "
               f"{summary['eval_every']} steps, so it is read to that step)."
               + (f" Not timed (a seed stopped): {', '.join(summary['stopped'])}." if summary["stopped"] else ""), ""]
@@ -274,7 +275,9 @@ def plot_links(summary: dict, path: pathlib.Path) -> None:
             ax.scatter(r["seconds"], r["accuracy"], marker=bf.MARKERS.get(r["family"], "o"))
             ax.annotate(row_name, (r["seconds"], r["accuracy"]), fontsize=6)
         ax.axhline(summary["target"], color="grey", linestyle=":", linewidth=0.8)
-        ax.set(xscale="log", title=name, xlabel="virtual seconds at the horizon", ylabel="accuracy (%)")
+        spread = [r["seconds"] for r in summary["links"][name]["rows"].values()]
+        ax.set(xscale="log" if max(spread) > 3 * min(spread) else "linear", title=name,
+               xlabel="virtual seconds at the horizon", ylabel="accuracy (%)")
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
