@@ -14,7 +14,7 @@ import pytest
 from experiments import outputs_exchange as oe
 from jaxcomm import bandwidth, exchange, network, recipes
 from jaxcomm.harness import cli as harness_cli
-from jaxcomm.harness import results
+from jaxcomm.harness import report, results
 from jaxcomm.models.cnn import StridedCNN
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -253,10 +253,12 @@ def test_other_runs_are_paired_with_this_run_seed_by_seed():
     summary = run([60.0, 61.0, 62.0], augment=False)
     summary["other_runs"] = [run([62.0, 64.0, 63.0], "augmented", augment=True)]
     lines = oe.other_recipes_markdown(summary)
-    # differences 2, 3, 1: mean 2, sd 1, half-width t(0.975, 2) x 1 / sqrt(3) = 4.303 / 1.732 = 2.48
+    # differences 2, 3, 1: mean 2, sd 1, half-width t(0.975, 2) x 1 / sqrt(3) = 4.303 / 1.732 = 2.48; t = 3.46,
+    # p = 1 - t / sqrt(t^2 + 2) = 0.074 (2 degrees of freedom), Holm over the 2 tests 0.148
     assert any(line.startswith("## Other runs against this one, paired (seeds 0, 1, 2:") for line in lines)
-    assert "| `augmented/` vs this run: 10_nodes_no_sharing | avg | +2.0 | [-0.5, +4.5] | no |" in lines
-    assert "| `augmented/` vs this run: 10_nodes_no_sharing | collective | +2.0 | [-0.5, +4.5] | no |" in lines
+    assert "| `augmented/` vs this run: 10_nodes_no_sharing | avg | +2.0 | [-0.5, +4.5] | 0.074 | 0.148 | no |" in lines
+    assert ("| `augmented/` vs this run: 10_nodes_no_sharing | collective | +2.0 | [-0.5, +4.5] | 0.074 | 0.148 | no |"
+            in lines)
     one_seed = run([62.0, 64.0, 63.0], "augmented", augment=True)
     one_seed["rows"]["10_nodes_no_sharing"]["seeds"] = [0]
     assert not any("paired" in line for line in oe.other_recipes_markdown(summary | {"other_runs": [one_seed]}))
@@ -271,9 +273,10 @@ def test_study_points_are_paired_with_their_studys_reference_point():
     studies = [point("neighbours", "p=1", [52.0, 54.0, 53.0]), point("neighbours", "p=9", [50.0, 51.0, 52.0]),
                point("temperature", "tau=4", [50.0, 50.0, 50.0], seeds=(0,)), point("temperature", "tau=1", [49.0])]
     lines = oe.study_paired_markdown(studies)
-    # differences 2, 3, 1: mean 2, half-width t(0.975, 2) x sd 1 / sqrt(3) = 2.48; one seed pairs nothing
-    assert "| neighbours: p=1 vs p=9 | avg | +2.0 | [-0.5, +4.5] | no |" in lines
-    assert "| neighbours: p=1 vs p=9 | collective | +2.0 | [-0.5, +4.5] | no |" in lines
+    # differences 2, 3, 1: mean 2, half-width t(0.975, 2) x sd 1 / sqrt(3) = 2.48, p 0.074, Holm (2 tests) 0.148;
+    # one seed pairs nothing
+    assert "| neighbours: p=1 vs p=9 | avg | +2.0 | [-0.5, +4.5] | 0.074 | 0.148 | no |" in lines
+    assert "| neighbours: p=1 vs p=9 | collective | +2.0 | [-0.5, +4.5] | 0.074 | 0.148 | no |" in lines
     assert not any("p=9 vs" in line or "tau=" in line for line in lines)
 
 
@@ -396,11 +399,18 @@ def test_paired_comparisons_by_hand():
             "10_nodes_no_sharing": row((48, 55), (49, 57), (47, 56)),
             "10_nodes_logits": row((50, 56), (48, 57), (49, 58))}
     lines = oe.paired_markdown(rows)
-    # avg differences 2, 3, 4: mean 3, sd 1, half-width t(0.975, 2) / sqrt(3) = 4.303 / 1.732 = 2.48
-    assert "| sharing true labels vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | yes |" in lines
-    # collective 5, 4, 6: [+2.5, +7.5]; logits - isolated avg 2, -1, 2: mean 1, sd 1.73 -> [-3.3, +5.3], not read
-    assert "| sharing true labels vs isolated nodes | collective | +5.0 | [+2.5, +7.5] | yes |" in lines
-    assert "| sharing logits vs isolated nodes | avg | +1.0 | [-3.3, +5.3] | no |" in lines
+    # avg differences 2, 3, 4: mean 3, sd 1, half-width t(0.975, 2) / sqrt(3) = 4.303 / 1.732 = 2.48, t = 5.20,
+    # p = 1 - t / sqrt(t^2 + 2) = 0.035 (2 degrees of freedom); collective 5, 4, 6: t = 8.66, p = 0.013; logits -
+    # isolated avg 2, -1, 2: mean 1, sd 1.73, t = 1, p = 0.423; true labels - logits collective 4, 4, 4: zero spread,
+    # not tested. Holm over the 5 tests: 5 x 0.013 = 0.065, 4 x 0.035 = 0.140, then 0.676: nothing is read
+    assert "| sharing true labels vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | 0.035 | 0.140 | no |" in lines
+    assert "| sharing true labels vs isolated nodes | collective | +5.0 | [+2.5, +7.5] | 0.013 | 0.065 | no |" in lines
+    assert "| sharing logits vs isolated nodes | avg | +1.0 | [-3.3, +5.3] | 0.423 | 0.676 | no |" in lines
+    assert "| true labels vs logits | collective | +4.0 | [+4.0, +4.0] | zero spread | zero spread | no |" in lines
+    # one comparison, a clear difference: 10, 11, 12 -> t = 19.05, p = 0.003, its own family: read
+    alone = report.paired_comparisons({"a": row((60, 0), (61, 0), (62, 0)), "b": row((50, 0), (50, 0), (50, 0))},
+                                      [("a", "b", "a vs b")], ["avg_accuracy"], why_paired="w")
+    assert "| a vs b | avg | +11.0 | [+8.5, +13.5] | 0.003 | 0.003 | yes |" in alone
     assert any(line.startswith("## Paired comparisons (seeds 0, 1, 2") for line in lines)
     # one seed, or seeds that differ: nothing to pair
     assert oe.paired_markdown({k: {"seeds": [0], "per_seed": v["per_seed"][:1]} for k, v in rows.items()}) == []

@@ -233,11 +233,12 @@ def test_the_failure_grid_reads_directions_from_intervals_over_seeds():
     rows = {"failure_0": level(0.0, (50, 51, 52), (48, 48, 48)),
             "failure_30": level(0.3, (47, 49, 48), (47, 46, 48))}
     lines = reliability.paired_markdown(rows, ["10", "20"])
-    # N=10: -3, -2, -4 -> mean -3, sd 1, half-width t(0.975, 2) / sqrt(3) = 2.48
-    assert "| N=10: 30% down vs none | avg | -3.0 | [-5.5, -0.5] | yes |" in lines
-    # N=20: -1, -2, 0 -> mean -1 [-3.5, +1.5]; its drop minus N=10's: 2, 0, 4 -> +2.0, sd 2, half-width 4.97
-    assert "| N=20: 30% down vs none | avg | -1.0 | [-3.5, +1.5] | no |" in lines
-    assert "| 30% down: N=20's change vs N=10's | avg | +2.0 | [-3.0, +7.0] | no |" in lines
+    # N=10: -3, -2, -4 -> mean -3, sd 1, half-width t(0.975, 2) / sqrt(3) = 2.48; t = 5.20 and with 2 degrees of
+    # freedom p = 1 - t / sqrt(t^2 + 2) = 0.035, Holm over the table's 6 tests: 6 x 0.035 = 0.211, not read
+    assert "| N=10: 30% down vs none | avg | -3.0 | [-5.5, -0.5] | 0.035 | 0.211 | no |" in lines
+    # N=20: -1, -2, 0 -> mean -1 [-3.5, +1.5], t = 1.73, p = 0.225; its drop minus N=10's: 2, 0, 4 -> +2.0, sd 2
+    assert "| N=20: 30% down vs none | avg | -1.0 | [-3.5, +1.5] | 0.225 | 0.902 | no |" in lines
+    assert "| 30% down: N=20's change vs N=10's | avg | +2.0 | [-3.0, +7.0] | 0.225 | 0.902 | no |" in lines
     # the table shows the spread over seeds beside the means
     table = reliability.table_markdown({
         "rows": {"resume_identical": {"value": True, "interrupted_at": 1, "history_identical": True,

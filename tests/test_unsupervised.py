@@ -431,14 +431,17 @@ def test_paired_comparisons_read_the_untrained_encoders_of_each_seed_as_the_cont
             "vae_10_nodes_full_comm": row(10, (40, 41, 42), (34, 35, 33)),
             "vae_10_nodes_full_comm_add": row(10, (39, 40, 38), (34, 35, 33))}
     lines = ue.paired_markdown(rows)
-    # full - isolated: 2, 3, 4 -> mean 3, half-width t(0.975, 2) x 1 / sqrt(3) = 2.48
-    assert "| VAE: exchanging features (replace) vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | yes |" in lines
-    # add - replace: -1, -1, -4 -> mean -2, sd 1.73, half-width 4.30 -> [-6.3, +2.3]: not read
-    assert "| VAE: add vs replace | avg | -2.0 | [-6.3, +2.3] | no |" in lines
+    # full - isolated: 2, 3, 4 -> mean 3, half-width t(0.975, 2) x 1 / sqrt(3) = 2.48, t = 5.20, p = 1 - t / sqrt(t^2
+    # + 2) = 0.035 (2 degrees of freedom); Holm over the table's 12 tests (two have zero spread): 0.211, not read
+    assert ("| VAE: exchanging features (replace) vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | 0.035 | 0.211 | no |"
+            in lines)
+    # add - replace: -1, -1, -4 -> mean -2, sd 1.73, half-width 4.30 -> [-6.3, +2.3], t = 2, p = 0.184
+    assert "| VAE: add vs replace | avg | -2.0 | [-6.3, +2.3] | 0.184 | 0.734 | no |" in lines
     # against each seed's own untrained encoders: full collective (42, 43, 44) - (35, 36, 34) = 7, 7, 10
-    assert "| VAE: exchanging (replace) vs untrained encoders | collective | +8.0 | [+3.7, +12.3] | yes |" in lines
-    # one node: 5, 6, 4 -> [+2.5, +7.5]; no collective to compare
-    assert "| VAE: one node vs its untrained encoder | avg | +5.0 | [+2.5, +7.5] | yes |" in lines
+    assert ("| VAE: exchanging (replace) vs untrained encoders | collective | +8.0 | [+3.7, +12.3] | 0.015 | 0.157 "
+            "| no |") in lines
+    # one node: 5, 6, 4 -> [+2.5, +7.5], t = 8.66, p = 0.013; no collective to compare
+    assert "| VAE: one node vs its untrained encoder | avg | +5.0 | [+2.5, +7.5] | 0.013 | 0.157 | no |" in lines
     assert not any(line.startswith("| VAE: one node vs its untrained encoder | collective") for line in lines)
 
 

@@ -57,13 +57,16 @@ def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], 
     """The table of directions a chapter reads: for each ``(a, b, question)`` of ``comparisons`` whose rows both
     ran with the same >= 2 seeds, the mean over seeds of ``a``'s minus ``b``'s value of every key (from their
     ``per_seed`` rows; keys missing from either are left out) with its Student-t 95 % interval
-    (:func:`jaxcomm.stats.paired_ci95`), and "yes" where the interval excludes 0: the only directions to read.
-    ``title`` starts the heading, ``why_paired`` ends it (what the same seed shares). No comparison: no lines."""
+    (:func:`jaxcomm.stats.paired_ci95`), its paired t-test p-value and that p-value Holm-adjusted over the table
+    (:func:`jaxcomm.stats.holm`: the table is one family). A direction is read only where the adjusted p-value is
+    below 0.05; a difference with zero spread over its seeds (a chance tie of 3 seeds) has no p-value and is not
+    read. ``title`` starts the heading, ``why_paired`` ends it (what the same seed shares). No comparison: no
+    lines."""
     import numpy as np  # noqa: PLC0415
 
     from jaxcomm import stats  # noqa: PLC0415
 
-    lines, shown = [], None
+    found, shown = [], None
     for a, b, question in comparisons:
         seeds = rows.get(a, {}).get("seeds") or ()
         if b not in rows or len(seeds) < 2 or seeds != rows[b].get("seeds"):
@@ -74,16 +77,29 @@ def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], 
             if any(v is None for pair in values for v in pair):
                 continue
             diffs = [x - y for x, y in values]
-            lo, hi = stats.paired_ci95(diffs, digits=None)
-            lines.append(f"| {question} | {key.replace('_accuracy', '').replace('_', ' ')} | "
-                         f"{np.mean(diffs):+.1f} | [{lo:+.1f}, {hi:+.1f}] | {'yes' if lo > 0 or hi < 0 else 'no'} |")
-    if not lines:
+            p = stats.paired_t_p_value(diffs) if np.std(diffs) > 0 else None
+            found.append((question, key, diffs, stats.paired_ci95(diffs, digits=None), p))
+    if not found:
         return []
+    adjusted = stats.holm([p for *_, p in found])
+    lines = []
+    for (question, key, diffs, (lo, hi), p), held in zip(found, adjusted, strict=True):
+        read = "yes" if held is not None and held < 0.05 else "no"
+        lines.append(f"| {question} | {key.replace('_accuracy', '').replace('_', ' ')} | {np.mean(diffs):+.1f} | "
+                     f"[{lo:+.1f}, {hi:+.1f}] | {_p(p)} | {_p(held)} | {read} |")
     return ["", f"## {title} (seeds {', '.join(map(str, shown))}: {why_paired})", "",
-            "Mean difference (points) and its 95 % interval over seeds (Student t); a direction is read only where "
-            "the interval excludes 0.", "",
-            "| comparison | accuracy | mean difference | 95 % interval | excludes 0 |", "|---|---|---|---|---|",
-            *lines]
+            "Mean difference (points) and its 95 % interval over seeds (Student t); the paired t-test's p-value, raw "
+            f"and Holm-adjusted over the table's {sum(p is not None for *_, p in found)} tests (one family). A "
+            "direction is read only where the adjusted p-value is below 0.05; a zero spread (a chance tie of the "
+            "seeds) is not tested.", "",
+            "| comparison | accuracy | mean difference | 95 % interval | p | Holm p | direction read |",
+            "|---|---|---|---|---|---|---|", *lines]
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "zero spread"
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def write_table(out_dir: pathlib.Path, table: str) -> pathlib.Path:
