@@ -167,12 +167,15 @@ class Checkpoints:
 
     def run(self, name: str) -> Checkpointer:
         """The checkpointer of run ``name`` (a folder name: letters, digits, ``-_.``)."""
-        if not name or any(not (c.isalnum() or c in "-_.") for c in name):
-            raise ValueError(f"checkpoint run name must be letters, digits, '-', '_' or '.', got {name!r}")
-        return Checkpointer(self.directory / name, every=self.every, resume=self.resume, on_save=self.on_save)
+        return Checkpointer(self.directory / _folder(name), every=self.every, resume=self.resume, on_save=self.on_save)
 
     def sub(self, name: str) -> Checkpoints:
         """The checkpoints of a part of the experiment, in a folder ``name`` of their own."""
-        if not name or any(not (c.isalnum() or c in "-_.") for c in name):
-            raise ValueError(f"checkpoint folder name must be letters, digits, '-', '_' or '.', got {name!r}")
-        return Checkpoints(self.directory / name, every=self.every, resume=self.resume, on_save=self.on_save)
+        return Checkpoints(self.directory / _folder(name), every=self.every, resume=self.resume, on_save=self.on_save)
+
+
+def _folder(name: str) -> str:
+    """``name`` as a folder of checkpoints: letters, digits, ``-_.`` only (ValueError otherwise)."""
+    if not name or any(not (c.isalnum() or c in "-_.") for c in name):
+        raise ValueError(f"checkpoint run name must be letters, digits, '-', '_' or '.', got {name!r}")
+    return name
