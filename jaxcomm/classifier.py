@@ -20,7 +20,6 @@ the same N disjoint shards. This module is those shared parts, written once:
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -31,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import decision, driver, population, speed
+from jaxcomm import decision, driver, population, speed, validation
 from jaxcomm.data import ImageDataset, partition
 from jaxcomm.exchange import cross_entropy
 from jaxcomm.models import to_unit_float
@@ -47,7 +46,7 @@ def apply_classifier(model: nn.Module, params, model_state, x: jax.Array, *, tra
     """
     variables = {"params": params, **model_state}
     rngs = {"dropout": key} if key is not None else None
-    mode = {"train": train} if takes_train(model) else {}  # a model without train= behaves alike in both
+    mode = train_mode(model, train)
     if train and model_state:
         return model.apply(variables, x, rngs=rngs, mutable=list(model_state), **mode)
     return model.apply(variables, x, rngs=rngs, **mode), model_state
@@ -57,10 +56,10 @@ CLASSIFIER_CONTRACT = ("a Flax module whose __call__(self, x) (optionally with t
                        "features [B, F])")
 
 
-def takes_train(model: nn.Module) -> bool:
-    """Whether ``model.__call__`` takes a ``train`` argument (or any keyword)."""
-    parameters = inspect.signature(type(model).__call__).parameters.values()
-    return any(p.name == "train" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+def train_mode(model: nn.Module, train: bool) -> dict:
+    """``{"train": train}`` for a model whose ``__call__`` takes it; ``{}`` for one without (it behaves alike in
+    training and evaluation)."""
+    return {"train": train} if validation.takes_keyword(type(model).__call__, "train") else {}
 
 
 def check_classifier(model: nn.Module, image_shape: tuple[int, ...]) -> None:
@@ -69,8 +68,7 @@ def check_classifier(model: nn.Module, image_shape: tuple[int, ...]) -> None:
     dummy = jax.ShapeDtypeStruct((1, *image_shape), jnp.float32)
     try:
         variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), dummy)
-        out = jax.eval_shape(lambda v, x: model.apply(v, x, **({"train": False} if takes_train(model) else {})),
-                             variables, dummy)
+        out = jax.eval_shape(lambda v, x: model.apply(v, x, **train_mode(model, False)), variables, dummy)
     except TypeError as error:
         raise TypeError(f"{type(model).__name__} is not a jaxcomm classifier ({error}); expected "
                         f"{CLASSIFIER_CONTRACT}") from error

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxcomm import ledger
+from jaxcomm import driver, ledger
 
 GBIT = 1e9 / 8
 """Bytes per second of 1 Gbit/s."""
@@ -256,7 +256,5 @@ def delivery_steps(cluster: Cluster, adj: np.ndarray, message_bytes: float, *,
 def seconds_to_target(history: list[dict], target: float, read: Callable[[dict], float]) -> float | None:
     """Virtual seconds (the record's ``clock``) of the first evaluation where ``read(record) >= target``; None if
     none reaches it."""
-    for record in history:
-        if read(record) >= target:
-            return record["clock"]["seconds"]
-    return None
+    record = driver.first_reaching(history, target, read)
+    return None if record is None else record["clock"]["seconds"]

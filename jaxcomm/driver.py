@@ -524,6 +524,11 @@ def train(
     return _result(history, state, done, seconds, resumed_from, best, status)
 
 
+def first_reaching(history: list[dict], target: float, read: Callable[[dict], float]) -> dict | None:
+    """The first record of a run's ``history`` whose ``read(record)`` is >= ``target``; None if none reaches it."""
+    return next((record for record in history if read(record) >= target), None)
+
+
 def _result(history, state, done, seconds, resumed_from, best, status) -> dict:
     return {"history": history, "final": history[-1] if history else None, "status": status,
             "interrupted": status == "interrupted", "state": state, "steps_done": done, "train_seconds": seconds,

@@ -31,7 +31,6 @@ References:
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -47,15 +46,6 @@ DATA_MODELS = ("private", "shared")
 """What a receiver holds of the sender's data. "private" (the thesis, §2.2.2.1: shards are distinct and
 exclusive): a message must carry its inputs. "shared" (every node holds the whole dataset, as
 codistillation assumes): sample indices suffice."""
-
-
-def takes_key(outgoing: Callable) -> bool:
-    """Whether an exchange's ``outgoing`` takes a ``key`` keyword (:class:`Exchange`)."""
-    try:
-        parameters = inspect.signature(outgoing).parameters.values()
-    except (TypeError, ValueError):  # a builtin or C function: no key
-        return False
-    return any(p.name == "key" and p.kind is not inspect.Parameter.POSITIONAL_ONLY for p in parameters)
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:

@@ -26,14 +26,13 @@ same minibatches.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
 import jax
 
-from jaxcomm import classifier, clock, driver, ledger, network
+from jaxcomm import classifier, clock, driver, ledger, network, validation
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -142,7 +141,7 @@ def build(method: Method, config: network.NetworkConfig, model: nn.Module, datas
           cluster: clock.Cluster | None = None) -> Built:
     """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` passed on
     to a ``build`` that takes one (whose training the links change: output sharing's messages in flight)."""
-    takes_cluster = "cluster" in inspect.signature(method.build).parameters
+    takes_cluster = validation.takes_keyword(method.build, "cluster")
     return method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
                         num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
 

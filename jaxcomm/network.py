@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import bandwidth, classifier, driver, inbox, ledger, population, speed, streams, topology
+from jaxcomm import bandwidth, classifier, driver, inbox, ledger, population, speed, streams, topology, validation
 from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.classifier import (  # noqa: F401  the kit's names, re-exported where research code found them
@@ -387,7 +387,7 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
     optimizer = optax.adam(learning_rate(config, tuned.learning_rate))
     payload_dim = int(exchange.payload_dim(num_classes, feature_dim(model, image_shape)))
     apply = in_dtype(functools.partial(apply_classifier, model), config.compute_dtype)
-    keyed = exchange.sends and exchanges.takes_key(exchange.outgoing)
+    keyed = exchange.sends and validation.takes_keyword(exchange.outgoing, "key")
 
     def loss_fn(params, model_state, images, local_targets, payload, consumed, key):
         (logits, features), model_state = apply(params, model_state, to_unit_float(images), train=True, key=key)
@@ -609,7 +609,8 @@ def make_network(
     if cluster is not None and sends:
         from jaxcomm import clock  # the clock reads the ledger, which reads this module's exchanges
 
-        first = np.asarray(graph_fn(jax.random.PRNGKey(config.seed), jnp.zeros((), jnp.int32)), bool)
+        first = np.asarray(graph_fn(streams.init_keys(jax.random.PRNGKey(config.seed)).graph,
+                                    jnp.zeros((), jnp.int32)), bool)  # the run's own graph at step 0
         delays = clock.delivery_steps(cluster, np.ones_like(first) & ~np.eye(n, dtype=bool), message_bytes,
                                       copies=first.sum(1))
 

@@ -37,7 +37,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from jaxcomm import bandwidth, data, exchange, inbox, network, population, stats
+from jaxcomm import bandwidth, data, driver, exchange, inbox, network, population, stats
 from jaxcomm.models import MLP
 from jaxcomm.models.cnn import NORMS, StridedCNN
 from jaxcomm.validation import integer, named_fields, one_of, positive, probability, require, widths
@@ -213,10 +213,8 @@ def steps_to_target(history: Sequence[Mapping[str, Any]], target: float,
       target: accuracy in %.
       key: reads a record's accuracy, e.g. ``lambda r: r["collective_accuracy"]["negentropy"]``.
     """
-    for record in history:
-        if key(record) >= target:
-            return int(record["step"])
-    return None
+    record = driver.first_reaching(history, target, key)
+    return None if record is None else int(record["step"])
 
 
 def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:

@@ -322,10 +322,10 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
     ruled_out = {tuple(k.split("/")) for k in entry.get("ruled_out", [])}
     missing = []
     for pair in [*order, *candidates]:
-        if pair in candidates and pair not in seconds and pair not in failed and pair not in missing:
-            if pair[1] == "scan" and (pair[0], "dispatch") in candidates and (pair[0], "dispatch") not in seconds:
-                missing += [(pair[0], "dispatch")] * ((pair[0], "dispatch") not in missing)  # it sizes the scan
-            missing.append(pair)
+        # a backend's dispatched step sizes its scan (step_timer): it is timed first
+        for p in ((pair[0], "dispatch"), pair) if pair[1] == "scan" else (pair,):
+            if p in candidates and p not in seconds and p not in failed and p not in missing:
+                missing.append(p)
     timed, left = 0, []
     for pair in missing:
         best = min((seconds[p] for p in candidates if p in seconds), default=np.inf)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,14 +26,29 @@ def named_fields(cls: type) -> type:
     def checked(self, *args, **kwargs):
         for key in kwargs:
             if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                raise TypeError(f"{cls.__name__} has no field {key!r}"
-                                + (f"; did you mean {close[0]!r}?" if close else ".")
-                                + f" Its fields: {', '.join(names)}")
+                raise TypeError(f"{cls.__name__} has no field {key!r}{did_you_mean(key, names) or '.'} "
+                                f"Its fields: {', '.join(names)}")
         init(self, *args, **kwargs)
 
     cls.__init__ = checked
     return cls
+
+
+def did_you_mean(key: str, names: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` for the name of ``names`` closest to a mistyped ``key``, or "" if none is close."""
+    close = difflib.get_close_matches(key, list(names), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def takes_keyword(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` can be called with the keyword argument ``name`` (a parameter of that name, or
+    ``**kwargs``); False for a callable whose signature cannot be read (a builtin)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any((p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+               or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def require(ok: bool, field: str, allowed: str, value: Any) -> None:

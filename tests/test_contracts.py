@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcomm import exchange, language, network, recipes, teacher, unsupervised
+from jaxcomm import exchange, language, network, recipes, teacher, unsupervised, validation
 from jaxcomm.models import MLP
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_an_exchange_that_takes_a_key_sends_noise_from_its_own_stream(tiny_datas
                               lambda b, d: 4 * b * d)
     noisy = plain._replace(name="noisy", outgoing=lambda logits, features, targets, received, consumed, key:
                            logits + 10.0 * jax.random.normal(key, logits.shape))
-    assert exchange.takes_key(noisy.outgoing) and not exchange.takes_key(plain.outgoing)
+    assert validation.takes_keyword(noisy.outgoing, "key") and not validation.takes_keyword(plain.outgoing, "key")
     config = network.NetworkConfig(num_nodes=3, num_neighbours=2, batch_size=4, num_steps=6, eval_every=6,
                                    consume_prob=0.5, broadcast_prob=0.9, backend="vmap", step_loop="scan")
     runs = {name: network.train_network(config, MLP(hidden=(8,), num_classes=4), tiny_dataset, exchange=ex,

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from jaxcomm.harness import results
-from jaxcomm.validation import scalar
+from jaxcomm.validation import did_you_mean, scalar
 
 RUNS = "runs"  # default root of run folders, relative to the working directory
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -95,7 +95,8 @@ def apply_overrides(config: Any, pairs: Iterable[str]) -> Any:
         if not sep or not name:
             raise ValueError(f"override {pair!r} must look like field=value")
         if name not in fields:
-            raise ValueError(f"unknown config field {name!r}; fields are: {', '.join(sorted(fields))}")
+            raise ValueError(f"unknown config field {name!r}; fields are: {', '.join(sorted(fields))}"
+                             f"{did_you_mean(name, fields)}")
         changes[name] = _parse_value(name, text, getattr(config, name))
     return dataclasses.replace(config, **changes)
 
