@@ -343,6 +343,23 @@ def _jitted_step(step_fn: Callable, summarize: Callable, donate: bool = False) -
     return jax.jit(_summarized(step_fn, summarize), donate_argnums=0 if donate else ())
 
 
+def own_buffers(tree):
+    """``tree`` with every array that appears in it more than once copied, so that each leaf holds a buffer
+    of its own: XLA refuses to donate one buffer twice (a state whose ``up`` and ``alive`` start as the same
+    array). A jitted step's outputs are distinct buffers already, so only a state made outside one needs this."""
+    seen: set[int] = set()
+
+    def own(leaf):
+        if not isinstance(leaf, jax.Array):
+            return leaf
+        if id(leaf) in seen:
+            return jnp.copy(leaf)
+        seen.add(id(leaf))
+        return leaf
+
+    return jax.tree.map(own, tree)
+
+
 def donation(donate: bool | None) -> bool:
     """``donate``, or for None (auto) whether the default backend is an accelerator, where a large
     population's second copy is what runs out of memory (on a CPU the host copy :func:`train` keeps
@@ -396,7 +413,8 @@ def train(
       donate: give each chunk's input state buffers to its output (``donate_argnums``), so the
         device holds one copy of the state, not two; the state a divergence or an interrupt
         falls back to is then kept in host memory (one device-to-host copy per evaluation).
-        ``system.init``'s arrays are donated too: it must not return arrays the caller keeps.
+        ``system.init``'s arrays are donated too: it must not return arrays the caller keeps
+        (one it holds twice is copied first, :func:`own_buffers`).
 
     Raises:
       NonFiniteLoss, Diverged: a loss left its bounds (the state before that
@@ -434,6 +452,8 @@ def train(
         if saved["finished"]:
             return _result(history, state, done, seconds, resumed_from, best, "stopped" if finished else "complete")
 
+    if donate:
+        state = own_buffers(state)
     stopper = _StopOnSignal(jax.process_count())
     run = chunk_runner(system.step, system.summarize, system.step_loop, check=stopper.check, donate=donate,
                        layout=system.layout)

@@ -57,6 +57,19 @@ def test_a_sweep_equals_its_runs_alone(tiny_dataset, alone, mode):
     assert len({r["final"]["counters"]["sent"] for r in results}) > 1
 
 
+def test_donated_runs_and_sweeps_equal_plain_ones(tiny_dataset, alone):
+    # What an accelerator does by default (donate=None there): a network's first state holds one array twice
+    # (``up`` and ``alive``), which XLA refuses to donate twice unless the driver copies it first.
+    state = network.system(network.make_network(RUNS[0], MODEL, image_shape=(8, 8, 1), num_classes=4),
+                           lambda *a: {}).init(jax.random.PRNGKey(0))
+    assert state.up is state.alive
+    donated = network.train_network(RUNS[0], MODEL, tiny_dataset, progress=False, donate=True)
+    assert_same_run(donated, alone[0])
+    swept = sweep.train_networks(RUNS[:2], MODEL, tiny_dataset, progress=False, mode="population", donate=True)
+    for got, want in zip(swept, alone[:2], strict=True):
+        assert_same_run(got, want)
+
+
 def test_per_run_settings_reach_the_step_exactly(tiny_dataset):
     """Failure probability, soft-label temperature and consumed weight swept as data equal their runs alone."""
     runs = [config(seed=5, content="logits", temperature=t, consumed_weight=w, failure_prob=q, failure_steps=3.0)
