@@ -82,6 +82,7 @@ class Row:
     backends: tuple[str, ...] = BACKENDS
     baseline: bool = True
     step_loops: tuple[str, ...] = ("scan", "dispatch")
+    parts: bool = False  # a step's parts against their floors, and PyTorch's best recipe beside it (issue 41)
 
     @property
     def name(self) -> str:
@@ -99,11 +100,12 @@ def rows(suite: str) -> list[Row]:
     if suite == "gpu":
         # At N = 1,024, lax.map (nodes one after another) and unrolled (minutes to compile) are left out.
         # Convolutions in a scan body are not slow on a GPU as on CPU: both step loops are measured.
-        cnn = ("vmap", "unrolled", "sharded")
-        return [Row("student", 64), Row("student", 1024, backends=("vmap", "sharded")),
-                Row("teacher", 8), Row("teacher", 32), Row("cnn", 10, backends=cnn), Row("cnn", 20, backends=cnn),
+        cnn = ("vmap", "patches", "unrolled", "sharded")  # batched conv against XLA's grouped one
+        return [Row("student", 64, parts=True), Row("student", 1024, backends=("vmap", "sharded")),
+                Row("teacher", 8), Row("teacher", 32), Row("cnn", 10, backends=cnn, parts=True),
+                Row("cnn", 20, backends=cnn),
                 Row("cnn", 256, backends=("vmap",), baseline=False)]
-    out = [Row("student", n) for n in (1, 8, 64, 256)]
+    out = [Row("student", n, parts=n == 64) for n in (1, 8, 64, 256)]
     # N = 1024: 1,024 unrolled copies would take minutes to compile.
     out.append(Row("student", 1024, backends=("vmap", "map", "sharded")))
     out += [Row("teacher", n) for n in (1, 8, 32)]
@@ -111,8 +113,9 @@ def rows(suite: str) -> list[Row]:
         # lax.map over CNN nodes runs ~30x under the loop on CPU: measured up to N = 4 only.
         # Convolutions in a scan body run ~20x slower on CPU: CNN steps are dispatched
         # (the scan penalty is measured once per row with N <= 4).
-        out += [Row("cnn", n, batch, BACKENDS if n <= 4 else ("vmap", "unrolled", "sharded"), step_loops=("dispatch",))
-                for n in (1, 4, 10, 20)]
+        # "patches": convolutions as im2col and one batched matmul (issue 41), against vmap's grouped ones
+        out += [Row("cnn", n, batch, (*BACKENDS, "patches") if n <= 4 else ("vmap", "patches", "unrolled", "sharded"),
+                    step_loops=("dispatch",), parts=n == 10 and batch == 32) for n in (1, 4, 10, 20)]
     # Scale: 256 CNN nodes in one process (memory per node), vmap only, no per-node baseline.
     out.append(Row("cnn", 256, backends=("vmap",), baseline=False, step_loops=("dispatch",)))
     return out
@@ -213,10 +216,22 @@ def model_and_data(workload: str):
 
 def loop_of(net):
     """The engine's chunk runner for this network: lax.scan, one call per step, or the step run eagerly (node states
-    apart within the chunk, as in training)."""
+    apart within the chunk, as in training), each chunk's state donated to the next as in training (a state given to
+    it is consumed: :func:`initial`)."""
     from jaxcomm import driver
 
-    return driver.chunk_runner(net.step, lambda info: (), net.step_loop, layout=net.layout)
+    return driver.chunk_runner(net.step, lambda info: (), net.step_loop, layout=net.layout,
+                               donate=driver.donation(None))
+
+
+def initial(net):
+    """The network's first state with buffers of its own (:func:`jaxcomm.driver.own_buffers`), as the driver
+    donates it."""
+    import jax
+
+    from jaxcomm import driver
+
+    return driver.own_buffers(net.init(jax.random.PRNGKey(0)))
 
 
 def rate(run, state, data, chunk: int) -> tuple[object, float]:
@@ -265,7 +280,7 @@ def measure_row(row: Row) -> dict:
     for backend, step_loop in pairs:
         net = make(base.replace(backend=backend, step_loop=step_loop))
         data = network.network_data(dataset, base)
-        state = net.init(jax.random.PRNGKey(0))
+        state = initial(net)
         run = loop_of(net)
         compile_seconds[f"{backend}_{step_loop}"], steps_per_s, state = timed(run, state, data, chunk_of(step_loop))
         speeds[backend, step_loop] = steps_per_s * row.num_nodes
@@ -290,13 +305,15 @@ def measure_row(row: Row) -> dict:
     result["best_node_steps_per_s"] = speeds[best, best_loop]
     result["loop_node_steps_per_s"] = None
     if row.baseline:
+        donated_step = jax.jit(one.step, donate_argnums=0)  # each node's buffers reused, as the engine's
+
         def thesis_loop(states, data, length):
             for _ in range(length):
-                states = [one_step(s, data)[0] for s in states]
+                states = [donated_step(s, data)[0] for s in states]
                 jax.block_until_ready(states)
             return (states,)
 
-        states = thesis_loop([one_state] * row.num_nodes, one_data, 1)[0]  # compiles
+        states = thesis_loop([initial(one) for _ in range(row.num_nodes)], one_data, 1)[0]  # compiles
         # The ratio best / loop from both measured again in interleaved rounds (the best of each): measured minutes
         # apart, a slow minute of a shared machine would decide it.
         best_rates, loop_rates = [], []
@@ -319,8 +336,8 @@ def measure_row(row: Row) -> dict:
     if row.num_nodes > 1:
         config = base.replace(backend=best, step_loop=best_loop, content="true_labels")
         net = make(config)
-        state = net.init(jax.random.PRNGKey(0))
-        _, with_inbox, _ = timed(loop_of(net), state, network.network_data(dataset, config), chunk_of(best_loop))
+        state = initial(net)
+        _, with_inbox, state = timed(loop_of(net), state, network.network_data(dataset, config), chunk_of(best_loop))
         result["with_inbox_node_steps_per_s"] = with_inbox * row.num_nodes
         result["inbox_share_of_step"] = max(0.0, 1.0 - with_inbox * row.num_nodes / speeds[best, best_loop])
         inbox_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.inbox))
@@ -329,12 +346,21 @@ def measure_row(row: Row) -> dict:
     if row.step_loops == ("dispatch",) and row.num_nodes <= 4:
         # What lax.scan would cost here: convolutions in a loop body are slow on CPU.
         net = make(base.replace(backend="unrolled" if best == "loop" else best, step_loop="scan"))
-        state = net.init(jax.random.PRNGKey(0))
+        state = initial(net)
         _, in_scan, _ = timed(driver.scan_steps(net.step, lambda info: ()), state,
                               network.network_data(dataset, base), 1)
         result["scan_node_steps_per_s"] = in_scan * row.num_nodes
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["rss_mb_per_node"] = result["peak_rss_mb"] / row.num_nodes
+    if row.parts:  # after the peak memory: the parts' own arrays are not the row's
+        from jaxcomm.harness import step_parts
+
+        # the parts are jitted programs: the per-node loop's jitted form is "unrolled"
+        backend = "unrolled" if best == "loop" else best
+        result["parts"] = step_parts.measure_parts(model, dataset, row.num_nodes, batch_size=row.batch_size,
+                                                   backend=backend, matmul_gflops=matmul_gflops(),
+                                                   bandwidth_gbs=step_parts.memory_gbs())
+        result["parts"]["machine"] = step_parts.machine()
     return result
 
 
@@ -582,7 +608,27 @@ def run_rows(selected: list[Row], timeout: int, results: dict | None = None) -> 
               f"{r['best_node_steps_per_s']:9.1f} node-steps/s"
               f" (loop {r['loop_node_steps_per_s'] or float('nan'):9.1f}), {time.perf_counter() - start:.0f} s",
               flush=True)
+        if row.parts:
+            r["peer"] = measure_peer(row, timeout)
     return results
+
+
+def measure_peer(row: Row, timeout: int) -> dict:
+    """PyTorch's best recipe for ``row``'s workload (``experiments/torch_peer.py`` in its own interpreter, right
+    after the row's), or why not: ``{"error": "not installed"}`` without torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return {"error": "not installed"}
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "torch_peer.py"), "--workload",
+                               row.workload, "--nodes", str(row.num_nodes), "--batch-size", str(row.batch_size),
+                               "--json"], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    if proc.returncode:
+        return {"error": proc.stderr.strip()[-500:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def format_table(summary: dict) -> str:
@@ -595,6 +641,7 @@ def format_table(summary: dict) -> str:
         lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
     if summary["rows"]:
         lines += _rows_table(summary["rows"])
+        lines += _peer_table(summary["rows"]) + _parts_table(summary["rows"])
     sweeps = summary.get("sweeps") or {}
     if sweeps:
         lines += _sweeps_table(sweeps)
@@ -626,6 +673,8 @@ def _rows_table(rows: dict) -> list[str]:
                "jaxcomm.flops)" if any(r.get("flops_counted") == "jaxpr" for r in rows.values())
                else "XLA FLOPs of a node-step")
     eager = ("eager",) if any("eager_node_steps_per_s" in r for r in rows.values()) else ()
+    # the batched-convolution backend, measured since issue 41 (an older table has no such column)
+    backends = (*BACKENDS, *(("patches",) if any("patches_node_steps_per_s" in r for r in rows.values()) else ()))
     # runs before node states were held apart within a chunk (and timed in longer calls) have no eager_chunk
     chunks = sorted({r["eager_chunk"] for r in rows.values() if "eager_chunk" in r})
     rounds = max((len(r["rounds"]["loop"]) for r in rows.values() if "rounds" in r), default=0)
@@ -644,27 +693,77 @@ def _rows_table(rows: dict) -> list[str]:
         "alone over a whole step (true labels over a ring); `with inbox` = the drop in node-steps/s when the "
         "nodes exchange true labels (consumed minibatches included).",
         "",
-        f"| row | loop |{' eager |' if eager else ''} vmap | unrolled | map | sharded | best | x loop | images/s |"
+        f"| row | loop |{' eager |' if eager else ''} {' | '.join(backends)} | best | x loop | images/s |"
         " % peak | inbox share | with inbox | state MB/node | peak RSS MB |",
-        "|---|" + "---|" * (13 + len(eager)),
+        "|---|" + "---|" * (9 + len(backends) + len(eager)),
     ]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
     for name, r in rows.items():
         if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * (12 + len(eager)))
+            lines.append(f"| {name} | failed |" + " |" * (8 + len(backends) + len(eager)))
             continue
         loop = r.get("loop_node_steps_per_s")
         ratio = r["best_node_steps_per_s"] / loop if loop else None
         frac = r.get("fraction_of_matmul_peak")
         share, drop = r.get("inbox_only_share_of_step"), r.get("inbox_share_of_step")
         lines.append(
-            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in (*eager, *BACKENDS))
+            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in (*eager, *backends))
             + f" | {r['best_backend']}/{r['best_step_loop']} | {'-' if ratio is None else f'{ratio:.2f}'} | "
             + f"{r['images_per_s']:.0f} | "
             + ("-" if frac is None else f"{100 * frac:.0f}%") + " | "
             + ("-" if share is None else f"{100 * share:.2f}%") + " | "
             + ("-" if drop is None else f"-{100 * drop:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
             + f"{r['peak_rss_mb']:.0f} |")
+    return lines
+
+
+def _peer_table(rows: dict) -> list[str]:
+    """jaxcomm's best against PyTorch's best recipe, the rows that measured it (none before issue 41)."""
+    measured = {name: r for name, r in rows.items() if "peer" in r}
+    if not measured:
+        return []
+    lines = ["", "Against PyTorch (issue 41): its best recipe for the same workload (`experiments/torch_peer.py`: "
+             "the same architecture, minibatch draw, loss and Adam, each recipe timed, the best kept), in its own "
+             "process right after the row's; `x PyTorch` = jaxcomm's best / PyTorch's best.", "",
+             "| row | jaxcomm best | PyTorch best | recipe | x PyTorch | torch, threads |", "|---|---|---|---|---|---|"]
+    for name, r in measured.items():
+        peer = r["peer"]
+        if "error" in peer:
+            lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['error']} | | | |")
+            continue
+        ratio = r["best_node_steps_per_s"] / peer["best_node_steps_per_s"]
+        lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['best_node_steps_per_s']:.1f} | "
+                     f"{peer['best_recipe']} | {ratio:.2f}x | {peer['torch']}, {peer['threads']} |")
+    return lines
+
+
+PART_NAMES = {"draw": "minibatch draw (uint8 gather, one-hot)", "forward_backward": "forward + backward",
+              "optimizer": "Adam update"}
+
+
+def _parts_table(rows: dict) -> list[str]:
+    """Each part of a step against its floor, and PyTorch's same part where it was timed apart."""
+    measured = {name: r for name, r in rows.items() if "parts" in r}
+    if not measured:
+        return []
+    machine = next(iter(measured.values()))["parts"]["machine"]
+    lines = ["", f"Parts of a step (issue 41; `jaxcomm/harness/step_parts.py`), ms per step of the whole population, "
+             f"each part jitted alone under the row's best backend; floor: FLOPs at the matmul rate, or bytes moved "
+             f"at the memory bandwidth; `of floor` = floor / time. Machine: {machine['cpu']}, {machine['cores']} "
+             f"cores, {' '.join(machine['vector_extensions']) or 'no vector extensions listed'}; per row below, the "
+             f"rates its floors use.", "",
+             "| row | part | backend | jaxcomm ms | floor ms | floor | of floor | PyTorch ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in measured.items():
+        lines.append(f"| {name} | (float32 matmul {r['parts']['matmul_gflops']:.1f} GFLOP/s, memory "
+                     f"{r['parts']['bandwidth_gbs']:.1f} GB/s) | | | | | | |")
+        peer_parts = r.get("peer", {}).get("parts", {})
+        for part, p in r["parts"]["parts"].items():
+            theirs = peer_parts.get(part)
+            lines.append(f"| {name} | {PART_NAMES.get(part, part)} | {r['parts']['backend']} | "
+                         f"{p['seconds'] * 1e3:.2f} | {p['floor_seconds'] * 1e3:.2f} | {p['floor']} | "
+                         f"{p['floor_seconds'] / p['seconds']:.0%} | "
+                         f"{'-' if theirs is None else f'{theirs * 1e3:.2f}'} |")
     return lines
 
 

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seeds", type=int, default=3, help="runs per network, seeds seed.. (default 3)")
     demo.add_argument("--backend", default="auto", choices=(AUTO, *BACKENDS),
                       help="how nodes are run: auto (measured fastest, default), or a backend; 'sharded' "
-                           "spreads nodes over all devices")
+                           "spreads nodes over all devices, 'patches' batches convolutional nodes as matmuls")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
     return parser

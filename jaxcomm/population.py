@@ -7,6 +7,12 @@ backend is a swappable detail tested equal across choices:
 
 * ``"vmap"``: ``jax.vmap`` over the node axis. Dense layers become batched
   matmuls: the fast choice for many small MLPs.
+* ``"patches"``: ``"vmap"`` with every plain Flax ``nn.Conv`` (2-D, undilated,
+  ungrouped) traced as im2col and one matmul
+  (:func:`jaxcomm.models.patches.patch_convs`), so convolutional nodes, too,
+  batch as matmuls: vmapped, a convolution of per-node kernels becomes a grouped
+  convolution, several times slower on CPU than a per-node loop. The same as
+  "vmap" for models without convolutions.
 * ``"loop"``: the reference. A Python loop that calls the single-node function
   on node ``i``'s slice of every stacked argument and stacks the results. Called
   eagerly (the driver's "eager" step loop) it dispatches one compiled call per
@@ -38,7 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-BACKENDS = ("vmap", "loop", "unrolled", "map", "sharded")
+from jaxcomm.models.patches import patch_convs
+
+BACKENDS = ("vmap", "loop", "unrolled", "map", "sharded", "patches")
 AUTO = "auto"  # resolved per model by jaxcomm.speed.choose
 NODE_AXIS = "nodes"  # mesh axis name of the "sharded" backend
 
@@ -157,6 +165,8 @@ def lift(
     check_backend(backend)
     if backend == "vmap":
         return jax.vmap(fn, in_axes=in_axes)
+    if backend == "patches":
+        return jax.vmap(_with_patched_convs(fn), in_axes=in_axes)
     if backend == "sharded":
         return _sharded(fn, in_axes, mesh)
     if backend == "map":
@@ -171,6 +181,17 @@ def lift(
         return stack([fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)])
 
     return unrolled
+
+
+def _with_patched_convs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` traced under :func:`jaxcomm.models.patches.patch_convs`: its Flax convolutions become matmuls."""
+
+    @functools.wraps(fn)
+    def patched(*args):
+        with patch_convs():  # at trace time: the interception decides what vmap and jit see
+            return fn(*args)
+
+    return patched
 
 
 @jax.jit

@@ -4,7 +4,8 @@ Two choices depend on the model and the device, and no single answer is right:
 
 * the backend of :func:`jaxcomm.population.lift`: vmap wins for small MLPs,
   unrolling for CNNs on CPU, where vmapped convolution kernels become slow
-  grouped convolutions;
+  grouped convolutions ("patches", a candidate for convolutional models only,
+  vmaps them as im2col and batched matmuls instead);
 * whether a chunk of steps runs as one ``lax.scan`` or as one jitted call per
   step ("dispatch"): on CPU, XLA runs convolutions inside a loop body about 20x
   slower than the same convolutions at the top level of a program (measured:
@@ -360,15 +361,17 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
 
 
 def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO,
-               devices: int | None = None) -> list[tuple[str, str]]:
+               devices: int | None = None, family: str | None = None) -> list[tuple[str, str]]:
     """The (backend, step loop) pairs "auto" may pick: those consistent with a fixed half, "loop" only "eager" and
     "eager" only with "loop" (a jitted "loop" is "unrolled"; an eager vmap runs op by op) unless both are fixed,
     "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and never inside a scan
-    unless asked (see :func:`choose`)."""
+    unless asked (see :func:`choose`), "patches" for the "conv" ``family`` only (or asked): without
+    convolutions it is "vmap", timed twice."""
     devices = jax.device_count() if devices is None else devices
-    return [(b, s) for b in ("vmap", "unrolled", "map", "sharded", "loop") for s in STEP_LOOPS
+    return [(b, s) for b in ("vmap", "patches", "unrolled", "map", "sharded", "loop") for s in STEP_LOOPS
             if _allowed(b, s, num_nodes, backend, step_loop)
-            and (b != "sharded" or backend == b or (devices >= 2 and not num_nodes % devices and s != "scan"))]
+            and (b != "sharded" or backend == b or (devices >= 2 and not num_nodes % devices and s != "scan"))
+            and (b != "patches" or backend == b or family == "conv")]
 
 
 def _allowed(b: str, s: str, num_nodes: int, backend: str, step_loop: str) -> bool:
@@ -419,7 +422,7 @@ def choose(
       ``(backend, step_loop)``, neither "auto".
     """
     if timer is not None and AUTO in (backend, step_loop) and autotune_enabled():
-        pairs = candidates(num_nodes, backend=backend, step_loop=step_loop)
+        pairs = candidates(num_nodes, backend=backend, step_loop=step_loop, family=family)
         measured = (measured_choice(timer, pairs, planned_steps=planned_steps, report=report,
                                     order=ranking(family, num_nodes, batch_size=batch_size, platform=platform,
                                                   backend=backend, step_loop=step_loop))
@@ -436,6 +439,8 @@ def choose(
         backend = "loop" if step_loop == "eager" else default_backend
     if step_loop == AUTO:
         step_loop = {"sharded": "dispatch", "loop": "eager"}.get(backend, default_loop)
+        if step_loop == "eager" and backend != "loop":  # eager, any other lift runs op by op
+            step_loop = "dispatch"
     return backend, step_loop
 
 

@@ -29,7 +29,8 @@ Two ways to run a sweep, each equal to the runs alone (tested):
   convolutions.
 
 ``mode="auto"`` follows what the nodes compute: "sequential" for convolutional
-nodes on a CPU and for the eager step loop, else "population" (a small MLP whose
+nodes on a CPU (but under the "patches" backend, whose convolutions are batched
+matmuls) and for the eager step loop, else "population" (a small MLP whose
 backend timing picked "unrolled" by a hair still sweeps as one population).
 Without a family, the node backend decides: "sequential" under "unrolled"/"loop".
 
@@ -51,6 +52,7 @@ from jaxcomm.checkpoint import Checkpointer
 
 MODES = ("auto", "population", "sequential")
 SEQUENTIAL_BACKENDS = ("unrolled", "loop")
+BATCHED_CONV_BACKENDS = ("patches",)  # convolutions as batched matmuls: conv nodes sweep as one population on CPU
 _ADAPTER = ("train_networks", "check_structure", "PER_RUN", "GRAPH_FIELDS", "Graph")
 
 
@@ -74,7 +76,8 @@ def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan", famil
         if family is None:
             sequential = backend in SEQUENTIAL_BACKENDS
         else:
-            sequential = step_loop == "eager" or (family == "conv" and jax.default_backend() == "cpu")
+            sequential = step_loop == "eager" or (family == "conv" and jax.default_backend() == "cpu"
+                                                  and backend not in BATCHED_CONV_BACKENDS)
         mode = "sequential" if sequential else "population"
     if mode == "population" and step_loop == "eager":
         raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "
@@ -137,7 +140,7 @@ def population_step(step: Callable, axes) -> Callable:
 def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequence, seeds: Sequence[int], *,
                mode: str, num_steps: int, eval_every: int, nodes_per_run: int, progress: bool = True,
                desc: str | None = None, checkpointer: Checkpointer | None = None,
-               divergence: float | None = driver.DIVERGENCE, donate: bool = False) -> list[dict]:
+               divergence: float | None = driver.DIVERGENCE, donate: bool | None = None) -> list[dict]:
     """Trains R runs of one structure, one population of R x N nodes (``mode="population"``) or one after another
     (``"sequential"``); R results of :func:`jaxcomm.driver.train`, each equal to the run alone.
 

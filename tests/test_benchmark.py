@@ -133,6 +133,47 @@ def test_a_row_measures_the_engines_per_node_loop_and_tables_it(monkeypatch):
     assert f"| student_n2 | {result['loop_node_steps_per_s']:.1f} | {result['eager_node_steps_per_s']:.1f} | " in table
 
 
+def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(monkeypatch):
+    """Issue 41: the draw, forward + backward and Adam timed apart, each with its floor; PyTorch beside it, or
+    "not installed"; old summaries (no parts, no peer) draw no such sections."""
+    import importlib.util
+
+    from jaxcomm.harness import step_parts
+
+    monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(step_parts, "MIN_SECONDS", 0.05)
+    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False, parts=True)
+    result = benchmark.measure_row(row)
+    parts = result["parts"]
+    assert set(parts["parts"]) == {"draw", "forward_backward", "optimizer"}
+    assert parts["params_per_node"] == 784 * 32 + 32 + 32 * 32 + 32 + 32 * 10 + 10  # the 784-32-32-10 student
+    # Adam moves 7 float32 per parameter; forward + backward of a dense layer costs 3 matmuls (x W, dY W', X' dY)
+    optimizer = parts["parts"]["optimizer"]
+    assert optimizer["floor_seconds"] == pytest.approx(7 * 4 * 2 * parts["params_per_node"]
+                                                       / parts["bandwidth_gbs"] / 1e9)
+    dense = 2 * 32 * (784 * 32 + 32 * 32 + 32 * 10)  # B = 32, forward
+    assert 2 * dense <= parts["flops_per_node_step"] <= 3 * dense
+    assert all(p["seconds"] > 0 and p["floor_seconds"] > 0 for p in parts["parts"].values())
+    assert parts["machine"]["cores"] >= 1 and parts["machine"]["cpu"]
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    result["peer"] = benchmark.measure_peer(row, timeout=60)
+    assert result["peer"] == {"error": "not installed"}
+    table = benchmark.format_table(_summary(rows={"student_n2": result}))
+    assert "| student_n2 | " + f"{result['best_node_steps_per_s']:.1f} | not installed |" in table
+    assert "| student_n2 | Adam update | vmap | " in table
+    plain = {k: v for k, v in result.items() if k not in ("parts", "peer")}
+    assert "Against PyTorch" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
+    assert "Parts of a step" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
+
+
+def test_the_peer_is_tabled_against_jaxcomms_best():
+    r = {"best_node_steps_per_s": 300.0, "peer": {"torch": "2.13.0", "threads": 2, "best_recipe": "stacked_bmm",
+                                                  "best_node_steps_per_s": 120.0}}
+    assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | 2.50x | 2.13.0, 2 |" in benchmark._peer_table(
+        {"student_n64": r})
+
+
 def test_the_gpu_suite_measures_sweeps_of_160_and_640_student_nodes_and_50_and_200_cnn_nodes():
     sweeps = {(r.workload, r.runs * r.num_nodes) for r in benchmark.sweep_rows("gpu") if not r.method}
     assert sweeps == {("student", 160), ("student", 640), ("cnn", 50), ("cnn", 200)}

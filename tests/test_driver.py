@@ -277,6 +277,16 @@ def test_checkpointed_resume_is_bit_identical(tmp_path):
     assert again["steps_done"] == 20 and strip(again["history"]) == strip(whole["history"])
 
 
+def test_a_donated_run_leaves_the_callers_arrays():
+    kept, key = jnp.zeros(3), jax.random.PRNGKey(3)  # an init that returns arrays its caller keeps
+    system = noisy_system()._replace(init=lambda key: {"key": key, "params": kept})
+    run = lambda donate: driver.train(system, None, num_steps=12, eval_every=4, key=key,  # noqa: E731
+                                      progress=False, donate=donate)
+    plain, donated = run(False), run(None)  # None: donated, on every backend
+    assert not kept.is_deleted() and not key.is_deleted()
+    np.testing.assert_array_equal(donated["state"]["params"], plain["state"]["params"])
+
+
 @pytest.mark.parametrize("step_loop", driver.STEP_LOOPS)
 def test_donated_chunks_give_the_same_run_with_one_copy_of_the_state(tmp_path, step_loop):
     # The tracker keeps the params themselves (an alias of the state): donation must not take them away.
