@@ -351,11 +351,13 @@ def own_buffers(tree):
 
 
 def donation(donate: bool | None) -> bool:
-    """``donate``, or for None (auto) True on every backend: on an accelerator a large population's second copy
-    is what runs out of memory; on a CPU a donated step updates the optimizer's buffers in place instead of
-    allocating new ones (measured 1.08x for 64 student nodes, ``results/benchmark/notes.md``), and the host copy
-    :func:`train` keeps instead (one per evaluation) costs what the second device copy did."""
-    return True if donate is None else bool(donate)
+    """``donate``, or for None (auto) whether this is a single-process run. On an accelerator a large
+    population's second copy is what runs out of memory; on a CPU a donated step updates the optimizer's
+    buffers in place instead of allocating new ones (1.08x for 64 student nodes,
+    ``results/benchmark/issue41/notes.md``), and the host copy :func:`train` keeps instead (one per evaluation)
+    costs what the second device copy did. Across processes a global array has no host copy: what a stop falls
+    back to would be a second device copy, so such a run donates only when asked."""
+    return jax.process_count() == 1 if donate is None else bool(donate)
 
 
 def _pieces(length: int, seconds_per_step: float, max_block_seconds: float) -> int:
@@ -405,7 +407,7 @@ def train(
         device holds one copy of the state, not two; the state a divergence or an interrupt
         falls back to is then kept in host memory (one device-to-host copy per evaluation).
         The first state is copied once (:func:`own_buffers`): the caller's arrays are never consumed.
-        None: :func:`donation` (on every backend).
+        None: :func:`donation` (on every backend of a single-process run).
 
     Raises:
       NonFiniteLoss, Diverged: a loss left its bounds (the state before that
@@ -451,7 +453,8 @@ def train(
                        layout=system.layout)
     # With donation the next chunk consumes the device state: what a stop falls back to, and the tracker's
     # kept values (which may alias the state), live on the host.
-    keep = jax.device_get if donate else (lambda tree: tree)
+    # (A global array of several processes has no host copy: a device copy there.)
+    keep = ((jax.device_get if jax.process_count() == 1 else own_buffers) if donate else (lambda tree: tree))
     if best is not None:
         best = best._replace(kept=keep(best.kept))
     piece = eval_every  # steps per scan call; cut down if one call takes too long to honour a signal

@@ -844,7 +844,7 @@ def train_network(
         at the run's first step (None: only non-finite losses stop); by default the node
         program's own watch (:attr:`NodeProgram.divergence`, 100 for a Flax classifier).
       donate: give each chunk's state buffers to the next (one copy of the network on the
-        device, see :func:`jaxcomm.driver.train`); None: on every backend (:func:`jaxcomm.driver.donation`).
+        device, see :func:`jaxcomm.driver.train`); None: in a single-process run (:func:`jaxcomm.driver.donation`).
 
     Raises:
       jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a node's loss left its

@@ -165,8 +165,8 @@ CACHE_ENV = "JAXCOMM_CACHE_DIR"  # where measured choices are kept (default ~/.c
 TIMED_STEPS = 3  # steps per timed call of a candidate, more when a step is fast:
 MIN_TIMED_SECONDS = 0.2  # ... up to a call of about this long
 MAX_TIMED_STEPS = 64
-TIMER_VERSION = 3  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch;
-# 2 timed "eager" with the population stacked every step, as the engine no longer runs it)
+TIMER_VERSION = 4  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch;
+# 2 timed "eager" with the population stacked every step, as the engine no longer runs it; 3 did not donate)
 
 
 def autotune_enabled() -> bool:
@@ -222,12 +222,13 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: population.state_and_aux(lifted(nodes, *args))[0]  # noqa: E731
         # one compile serves dispatched runs of every length; "eager" calls the "loop" lift's per-node program
-        call = step if step_loop == "eager" else jax.jit(step)
+        # donated, as the driver runs every step and chunk (the pair timed is the pair trained)
+        call = step if step_loop == "eager" else jax.jit(step, donate_argnums=0)
 
         def runner(length: int):
             if step_loop == "scan":
                 return jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
-                                                          length=length)[0])
+                                                          length=length)[0], donate_argnums=0)
 
             def run(nodes):
                 for _ in range(length):
@@ -258,6 +259,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         # one take a single step, so a slow pair costs its compile and two steps (one if ruled out)
         length = (fits(known) if known is not None else steps) if step_loop == "scan" else 1
         nodes = population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend)
+        nodes = jax.tree.map(jnp.copy, nodes)  # buffers of its own: one array held twice cannot be donated twice
         if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
             nodes = population.unstack(nodes)
         run = runner(length)
