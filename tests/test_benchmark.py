@@ -168,9 +168,11 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
 
 
 def test_the_peer_is_tabled_against_jaxcomms_best():
+    from jaxcomm.harness import step_parts
+
     r = {"best_node_steps_per_s": 300.0, "peer": {"torch": "2.13.0", "threads": 2, "best_recipe": "stacked_bmm",
                                                   "best_node_steps_per_s": 120.0}}
-    assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | 2.50x | 2.13.0, 2 |" in benchmark._peer_table(
+    assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | 2.50x | 2.13.0, 2 |" in step_parts.peer_table(
         {"student_n64": r})
 
 
