@@ -55,7 +55,7 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcomm import population
+from jaxcomm import driver, population
 from jaxcomm.population import AUTO, BACKENDS
 
 UNROLL_LIMIT = 64  # "auto" never unrolls more nodes than this: compile time grows with N
@@ -259,7 +259,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         # one take a single step, so a slow pair costs its compile and two steps (one if ruled out)
         length = (fits(known) if known is not None else steps) if step_loop == "scan" else 1
         nodes = population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend)
-        nodes = jax.tree.map(jnp.copy, nodes)  # buffers of its own: one array held twice cannot be donated twice
+        nodes = driver.own_buffers(nodes)  # buffers of its own, donated as the driver donates them
         if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
             nodes = population.unstack(nodes)
         run = runner(length)

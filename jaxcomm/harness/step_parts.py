@@ -97,10 +97,9 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
     whole population; ``floor`` names the rate the floor is measured against ("matmul" or "memory").
     """
     import jax
-    import jax.numpy as jnp
     import optax
 
-    from jaxcomm import classifier, flops, network, population
+    from jaxcomm import classifier, driver, flops, network, population
 
     seconds = MIN_SECONDS if seconds is None else seconds
     config = network.NetworkConfig(num_nodes=num_nodes, content="none", batch_size=batch_size)
@@ -125,7 +124,7 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
     update = jax.jit(population.lift(adam, backend=backend), donate_argnums=(0, 1))
     grads = forward_backward(nodes.params, nodes.model_state, batch.images, batch.targets, keys)
 
-    params, opt_state = jax.tree.map(jnp.copy, (nodes.params, nodes.opt_state))
+    params, opt_state = driver.own_buffers((nodes.params, nodes.opt_state))
 
     def updated():  # donated: each call's output feeds the next, as in training
         nonlocal params, opt_state
