@@ -5,7 +5,7 @@
     python experiments/time_frontier.py --preset smoke --out /tmp/tf  # seconds, shipped MNIST sample
     python experiments/time_frontier.py report runs/time_frontier/<run>
 
-A bandwidth-frontier run (``frontier_dir``, with the runs below it; ``experiments/bandwidth_frontier.py``) is
+A bandwidth-frontier run (``frontier_dir``, with the runs below it; :mod:`jaxcomm.harness.frontier`) is
 read on a cluster per named link (:data:`jaxcomm.clock.LINKS`): every node a computer whose local step takes
 ``seconds_per_step`` (0: what the frontier run measured, its isolated row's training seconds per node-step),
 its traffic timed by :mod:`jaxcomm.clock` from the byte ledger. Methods whose training the link does not change
@@ -31,14 +31,11 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-if not __package__:  # run as a script: the repository root holds the experiments package
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from experiments import bandwidth_frontier as bf  # noqa: E402
 from jaxcomm import clock, stats, zoo
 from jaxcomm import methods as methods_
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
-from jaxcomm.harness import report, results
+from jaxcomm.harness import frontier, report, results
 from jaxcomm.validation import require
 
 EXPERIMENT = "time_frontier"
@@ -68,8 +65,8 @@ class TimeFrontierConfig:
         require(isinstance(self.seconds_per_step, float | int) and self.seconds_per_step >= 0, "seconds_per_step",
                 "seconds >= 0", self.seconds_per_step)
         require(isinstance(self.rerun, tuple), "rerun", "a tuple of row names", self.rerun)
-        require(bool(self.frontier_dir) or self.frontier_preset in bf.PRESETS, "frontier_preset",
-                f"one of {sorted(bf.PRESETS)}", self.frontier_preset)
+        require(bool(self.frontier_dir) or self.frontier_preset in frontier.PRESETS, "frontier_preset",
+                f"one of {sorted(frontier.PRESETS)}", self.frontier_preset)
 
 
 PRESETS = {"cpu": TimeFrontierConfig,
@@ -77,18 +74,18 @@ PRESETS = {"cpu": TimeFrontierConfig,
 
 
 def frontier_of(config: TimeFrontierConfig, checkpoints: Checkpoints | None, progress: bool) -> tuple[dict, list]:
-    """The frontier's summary (its config as a :class:`bf.BandwidthFrontierConfig`) and curves."""
+    """The frontier's summary (its config as a :class:`jaxcomm.harness.frontier.FrontierConfig`) and curves."""
     if not config.frontier_dir:
-        fcfg = dataclasses.replace(bf.PRESETS[config.frontier_preset](), data_dir=config.data_dir)
-        out = bf.run(fcfg, checkpoints=checkpoints, progress=progress)
+        fcfg = dataclasses.replace(frontier.PRESETS[config.frontier_preset](), data_dir=config.data_dir)
+        out = frontier.run(fcfg, checkpoints=checkpoints, progress=progress)
         return {**out, "config": dataclasses.asdict(fcfg), "frontier_config": fcfg}, out["curves"]
-    summary = bf.merge_runs(pathlib.Path(config.frontier_dir))
+    summary = frontier.merge_runs(pathlib.Path(config.frontier_dir))
     refused = {other["folder"] for other in summary["other_runs"]}  # runs the frontier itself leaves out
     curves = [c for run, cs in [results.read_run(config.frontier_dir)] + results.read_runs_below(
-        config.frontier_dir, experiment=bf.EXPERIMENT) if pathlib.Path(run["out_dir"]).name not in refused
+        config.frontier_dir, experiment=frontier.EXPERIMENT) if pathlib.Path(run["out_dir"]).name not in refused
         for c in cs]
-    fields = {f.name for f in dataclasses.fields(bf.BandwidthFrontierConfig)}
-    fcfg = bf.BandwidthFrontierConfig(**{k: tuple(v) if isinstance(v, list) else v
+    fields = {f.name for f in dataclasses.fields(frontier.FrontierConfig)}
+    fcfg = frontier.FrontierConfig(**{k: tuple(v) if isinstance(v, list) else v
                                          for k, v in summary["config"].items() if k in fields}
                                       | {"data_dir": config.data_dir})
     return summary | {"frontier_config": fcfg}, curves
@@ -100,10 +97,10 @@ def measured_step(summary: dict) -> float:
     return float(np.mean([p["wall_seconds"] / (n * p["steps"]) for p in row["per_seed"]]))
 
 
-def traffic_of(fcfg: bf.BandwidthFrontierConfig, spec: str, model, dataset) -> tuple:
+def traffic_of(fcfg: frontier.FrontierConfig, spec: str, model, dataset) -> tuple:
     """A row's schedule (:attr:`Built.traffic`), built as the frontier built it (the backend fixed: no timing)."""
     method = zoo.parse(spec, recipe=fcfg.chapter2(), gossip_neighbours=fcfg.gossip_neighbours)
-    cfg = bf.base_network(fcfg, fcfg.seed).replace(backend="vmap", step_loop="scan")
+    cfg = frontier.base_network(fcfg, fcfg.seed).replace(backend="vmap", step_loop="scan")
     built = methods_.build(method, cfg, model, dataset)
     return clock.traffic_of(built, built.init(jax.random.PRNGKey(fcfg.seed))), method
 
@@ -158,11 +155,11 @@ def run(config: TimeFrontierConfig, *, checkpoints: Checkpoints | None = None, p
                                     messages)
             table[name]["rerun"] = False
             if name in config.rerun and link_name != "instant" and row.get("data_model") != "shared":
-                delays = methods_.build(method, bf.base_network(fcfg, fcfg.seed).replace(
+                delays = methods_.build(method, frontier.base_network(fcfg, fcfg.seed).replace(
                     backend="vmap", step_loop="scan"), model, dataset, cluster=cluster).delays
                 key = (name, delays.tobytes())
                 if key not in reruns:
-                    reruns[key] = bf.run_method(fcfg, method, dataset, spec=row["spec"], progress=progress,
+                    reruns[key] = frontier.run_method(fcfg, method, dataset, spec=row["spec"], progress=progress,
                                                 cluster=cluster, checkpoints=checkpoints.sub(link_name)
                                                 if checkpoints else None) | {"link": link_name}
                     rerun_curves += [c | {"link": link_name} for c in reruns[key]["curves"]]
@@ -272,7 +269,7 @@ def plot_links(summary: dict, path: pathlib.Path) -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False, sharey=True)
     for ax, name in zip(axes[0], names, strict=True):
         for row_name, r in summary["links"][name]["rows"].items():
-            ax.scatter(r["seconds"], r["accuracy"], marker=bf.MARKERS.get(r["family"], "o"))
+            ax.scatter(r["seconds"], r["accuracy"], marker=frontier.MARKERS.get(r["family"], "o"))
             ax.annotate(row_name, (r["seconds"], r["accuracy"]), fontsize=6)
         ax.axhline(summary["target"], color="grey", linestyle=":", linewidth=0.8)
         spread = [r["seconds"] for r in summary["links"][name]["rows"].values()]

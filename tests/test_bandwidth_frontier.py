@@ -14,6 +14,7 @@ import pytest
 
 from experiments import bandwidth_frontier as bf
 from jaxcomm import driver, ledger, methods, network, recipes, zoo
+from jaxcomm.harness import frontier as fr
 from jaxcomm.models import MLP
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -113,8 +114,8 @@ def test_paired_differences_from_isolated_nodes_on_the_same_seed(smoke):
 def test_smoke_table_and_plot_name_the_pareto_front(smoke):
     out, summary = smoke
     rows = summary["rows"]
-    assert summary["frontier"] == bf.frontier({n: r for n, r in rows.items() if not n.endswith("_shared")})
-    assert summary["frontier_shared"] == bf.frontier({n: r for n, r in rows.items() if n != "true_labels"})
+    assert summary["frontier"] == fr.pareto({n: r for n, r in rows.items() if not n.endswith("_shared")})
+    assert summary["frontier_shared"] == fr.pareto({n: r for n, r in rows.items() if n != "true_labels"})
     table = (out / "table.md").read_text()
     assert "| Pareto front |" in table and "not trained again" in table
     sentence = next(line for line in table.splitlines() if line.startswith("Pareto front under the private"))
@@ -141,10 +142,10 @@ def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, mo
 
     monkeypatch.setattr(methods, "sweep", _stopped_sweep)
     monkeypatch.setattr(methods, "train", train)
-    config = bf.BandwidthFrontierConfig(methods=("qsgd:4:ef",), num_nodes=4, gossip_neighbours=1)
+    config = fr.FrontierConfig(methods=("qsgd:4:ef",), num_nodes=4, gossip_neighbours=1)
     dataset = types.SimpleNamespace(num_classes=10, train=types.SimpleNamespace(images=np.zeros((1, 8, 8, 1))))
-    monkeypatch.setattr(bf.bandwidth, "model_num_params", lambda model, shape: 10)
-    out = bf.run_method(config, zoo.parse("qsgd:4:ef"), dataset, spec="qsgd:4:ef", checkpoints=None, progress=False)
+    monkeypatch.setattr(fr.bandwidth, "model_num_params", lambda model, shape: 10)
+    out = fr.run_method(config, zoo.parse("qsgd:4:ef"), dataset, spec="qsgd:4:ef", checkpoints=None, progress=False)
     row = out["rows"]["qsgd_4lvl_ef"]
     assert [p["accuracy"] for p in row["per_seed"]] == [40.0, None, 42.0] and row["seeds"] == 3
     assert row["accuracy"] is None and row["accuracy_sd"] is None and row["wall_seconds"] == 4.0
@@ -152,8 +153,8 @@ def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, mo
     assert (row["bytes_per_node_step"], row["steps"], row["total_bytes_per_node"]) == (100.0, 20, 2000.0)
     assert row["fraction_of_dense_allreduce"] == pytest.approx(100 / 60)  # 2 (N - 1) / N x 4 x 10 parameters
     rows = smoke[1]["rows"] | out["rows"]
-    bf.add_paired(rows)
-    assert "paired_diff_vs_isolated" not in rows["qsgd_4lvl_ef"] and "qsgd_4lvl_ef" not in bf.frontier(rows)
+    fr.add_paired(rows)
+    assert "paired_diff_vs_isolated" not in rows["qsgd_4lvl_ef"] and "qsgd_4lvl_ef" not in fr.pareto(rows)
     table = bf.table_markdown(smoke[1] | {"rows": rows, "out_dir": "x"})
     assert "| qsgd_4lvl_ef | `qsgd:4:ef` | compressed | stopped | - | - | 100 B |" in table
     assert "qsgd_4lvl_ef stopped: seed 1: diverged" in table
@@ -163,8 +164,8 @@ def test_a_row_whose_every_seed_stopped_still_counts_the_bytes_its_method_sends(
     """Bytes depend on the method, not on training: every seed of top-k stopped, its bytes are the trained row's."""
     monkeypatch.setattr(methods, "sweep", _stopped_sweep)
     monkeypatch.setattr(methods, "train", _stopped_sweep)
-    config = bf.smoke_config()
-    row = bf.run_method(config, zoo.parse("top_k:0.05"), config.chapter2().load(), checkpoints=None,
+    config = fr.smoke_config()
+    row = fr.run_method(config, zoo.parse("top_k:0.05"), config.chapter2().load(), checkpoints=None,
                         progress=False)["rows"]["top_k_5pct"]
     trained = smoke[1]["rows"]["top_k_5pct"]
     assert row["accuracy"] is None and len(row["stopped"]) == 2
@@ -195,7 +196,7 @@ def test_frontier_keeps_the_rows_nothing_cheaper_beats():
             "c": {"bytes_per_node_step": 1000, "accuracy": 60}, "d": {"bytes_per_node_step": 0, "accuracy": 45},
             "e": {"bytes_per_node_step": 10, "accuracy": 40}, "f": {"bytes_per_node_step": 5, "accuracy": None},
             "g": {"bytes_per_node_step": None, "accuracy": None}}  # f, g: a seed stopped
-    assert bf.frontier(rows) == ["d", "a", "c"]
+    assert fr.pareto(rows) == ["d", "a", "c"]
 
 
 def test_the_fronts_under_each_data_model():
@@ -203,11 +204,11 @@ def test_the_fronts_under_each_data_model():
     rows = {"isolated": row(0, 50, "private"), "true_labels": row(50_000, 55, "private"),
             "true_labels_shared": row(100, 55, "shared"), "top_k_0.1pct": row(13_000, 53),
             "sync_sgd": row(1_000_000, 60)}
-    assert set(bf.under(rows, "private")) == {"isolated", "true_labels", "top_k_0.1pct", "sync_sgd"}
-    assert set(bf.under(rows, "shared")) == {"isolated", "true_labels_shared", "top_k_0.1pct", "sync_sgd"}
-    assert bf.fronts(rows) == {"frontier": ["isolated", "top_k_0.1pct", "true_labels", "sync_sgd"],
+    assert set(fr.under(rows, "private")) == {"isolated", "true_labels", "top_k_0.1pct", "sync_sgd"}
+    assert set(fr.under(rows, "shared")) == {"isolated", "true_labels_shared", "top_k_0.1pct", "sync_sgd"}
+    assert fr.fronts(rows) == {"frontier": ["isolated", "top_k_0.1pct", "true_labels", "sync_sgd"],
                                "frontier_shared": ["isolated", "true_labels_shared", "sync_sgd"]}
-    assert bf.front_sentence(rows, bf.fronts(rows)["frontier_shared"], "shared") == (
+    assert bf.front_sentence(rows, fr.fronts(rows)["frontier_shared"], "shared") == (
         "Pareto front under the shared data model, by bytes per node and step: isolated (0 B, 50) → "
         "true_labels_shared (100 B, 55) → sync_sgd (1 MB, 60).")
 
@@ -239,7 +240,7 @@ def test_method_specs_make_method_values(spec, family, attributes):
                                   "codistill", "powersgd:r", "local_sgd:1:2"])
 def test_bad_method_specs_are_rejected_by_the_config(spec):
     with pytest.raises(ValueError, match="method"):
-        bf.BandwidthFrontierConfig(methods=(spec,))
+        fr.FrontierConfig(methods=(spec,))
 
 
 def test_other_config_rules():
@@ -251,11 +252,11 @@ def test_other_config_rules():
                           ({"chapter2_overrides": ("num_steps=-1",)}, "num_steps"),
                           ({"chapter2_overrides": ("stepz=3",)}, "unknown config field 'stepz'")]:
         with pytest.raises(ValueError, match=field):
-            bf.BandwidthFrontierConfig(**kwargs)
+            fr.FrontierConfig(**kwargs)
 
 
 def test_cpu_preset_is_the_current_chapter2_cpu_recipe_at_1000_steps_with_every_method():
-    config = bf.cpu_config()
+    config = fr.cpu_config()
     assert config.chapter2_preset == "cpu" and config.chapter2_overrides == ("num_steps=1000",)
     assert config.chapter2() == dataclasses.replace(recipes.cpu(), num_steps=1000)  # nothing else overridden
     assert (config.num_nodes, config.num_seeds, config.seeds(), config.eval_every, config.time_budget_s) \
@@ -265,7 +266,7 @@ def test_cpu_preset_is_the_current_chapter2_cpu_recipe_at_1000_steps_with_every_
                      "powersgd_r4", "gossip_100", "features", "sign", "qsgd_4lvl_ef", "diloco_h10", "diloco_h250",
                      "codistill_k500", "powersgd_r1"]  # issue 19's list, one setting of each first
     assert {method.family for method in config.parsed()} == set(zoo.FAMILIES)
-    thesis = bf.thesis_config()
+    thesis = fr.thesis_config()
     assert thesis.chapter2() == recipes.thesis() and thesis.methods == config.methods
     assert (thesis.num_seeds, thesis.time_budget_s) == (3, 0.0)
 
@@ -305,11 +306,11 @@ def test_resume_budget_counts_the_training_of_restored_methods(monkeypatch):
     restored = lambda config, method, *args, **kwargs: {"rows": {method.name: {"wall_seconds": 1000.0}},
                                                         "curves": []}  # trained 1,000 s before, back at once
     monkeypatch.setattr(recipes.Chapter2Recipe, "load", lambda self: type("Dataset", (), {"name": "d"})())
-    monkeypatch.setattr(bf, "run_method", restored)
-    monkeypatch.setattr(bf, "add_paired", lambda rows: None)
-    monkeypatch.setattr(bf, "fronts", lambda rows: {})
-    config = bf.BandwidthFrontierConfig(methods=("sync", "sign", "qsgd:4"), time_budget_s=1500.0)
-    out = bf.run(config)  # without the restored 1,000 s, sign would start: 0 s + 1,000 s estimated < 1,500 s
+    monkeypatch.setattr(fr, "run_method", restored)
+    monkeypatch.setattr(fr, "add_paired", lambda rows: None)
+    monkeypatch.setattr(fr, "fronts", lambda rows: {})
+    config = fr.FrontierConfig(methods=("sync", "sign", "qsgd:4"), time_budget_s=1500.0)
+    out = fr.run(config)  # without the restored 1,000 s, sign would start: 0 s + 1,000 s estimated < 1,500 s
     assert [s.split(" ")[0] for s in out["skipped"]] == ["sign", "qsgd:4"]
 
 
@@ -322,16 +323,16 @@ def test_the_superseded_single_seed_frontier_redraws_unchanged(tmp_path, monkeyp
     (SUPERSEDED / "table.md").unlink()
     bf.write_report(SUPERSEDED, plots=False)
     assert (SUPERSEDED / "table.md").read_bytes() == (ROOT / SUPERSEDED / "table.md").read_bytes()
-    summary = bf.merge_runs(SUPERSEDED)  # its extra/ and extra2/ runs joined it: 16 methods, no skipped
+    summary = fr.merge_runs(SUPERSEDED)  # its extra/ and extra2/ runs joined it: 16 methods, no skipped
     assert len(summary["rows"]) == 16 and summary["skipped"] == [] and len(summary["extra_runs"]) == 2
-    assert not bf.multi_seed(summary) and summary["frontier"][0] == "outputs:none"
+    assert not fr.multi_seed(summary) and summary["frontier"][0] == "outputs:none"
 
 
 def test_a_new_run_does_not_merge_the_superseded_one_and_says_where_it_is(smoke, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(smoke[0], out)
     shutil.copytree(ROOT / SUPERSEDED, out / "superseded")
-    summary = bf.merge_runs(out)
+    summary = fr.merge_runs(out)
     assert list(summary["rows"]) == SMOKE_ROWS and summary["extra_runs"] == []
     assert "not merged: " in capsys.readouterr().out
     [other] = summary["other_runs"]
@@ -356,7 +357,7 @@ def test_report_merges_new_runs_of_the_same_settings(smoke, tmp_path):
     (out / "extra" / "summary.json").write_text(json.dumps(
         parent | {"config": parent["config"] | {"methods": ["sign"], "eval_every": 5}, "rows": {"sign": sign},
                   "command": "extra"}))
-    summary = bf.merge_runs(out)
+    summary = fr.merge_runs(out)
     assert list(summary["rows"]) == [*SMOKE_ROWS, "sign"] and summary["skipped"] == []
     assert summary["frontier"][:2] == summary["frontier_shared"][:2] == ["isolated", "sign"]
     assert summary["rows"]["sign"]["paired_diff_vs_isolated"] == pytest.approx(10)
@@ -366,7 +367,7 @@ def test_report_merges_new_runs_of_the_same_settings(smoke, tmp_path):
 def test_report_merges_single_seed_runs_that_train_by_the_same_recipe(tmp_path):
     # The parent's chapter-2 config is an older summary's (the whole chapter-2 experiment config); a run
     # below it with the recipe alone joins it, a run with another learning rate does not.
-    recipe = json.loads(json.dumps(dataclasses.asdict(bf.cpu_config().chapter2())))
+    recipe = json.loads(json.dumps(dataclasses.asdict(fr.cpu_config().chapter2())))
     old = recipe | {"rows": ["1_node_no_sharing"], "studies": [], "eval_every": 500, "target": 65.0,
                     "study_steps": 1000, "time_budget_s": 3240.0}
 
@@ -382,12 +383,13 @@ def test_report_merges_single_seed_runs_that_train_by_the_same_recipe(tmp_path):
     write(tmp_path, old, {"sync": (1000.0, 60.0)})
     write(tmp_path / "extra", recipe | {"data_dir": "/elsewhere"}, {"gossip:10": (100.0, 61.0)}, eval_every=500)
     write(tmp_path / "other", recipe | {"learning_rate": recipe["learning_rate"] / 3}, {"sign": (10.0, 70.0)})
-    summary = bf.merge_runs(tmp_path)
+    summary = fr.merge_runs(tmp_path)
     assert set(summary["rows"]) == {"sync", "gossip:10"} and summary["skipped"] == []
     assert summary["frontier"] == ["gossip:10"]
     assert [extra["methods"] for extra in summary["extra_runs"]] == [["gossip:10"]]
 
 
-def test_the_frontier_imports_no_experiment():
-    source = (ROOT / "experiments/bandwidth_frontier.py").read_text()
+@pytest.mark.parametrize("script", ["bandwidth_frontier.py", "time_frontier.py"])
+def test_the_frontier_experiments_import_no_experiment(script):
+    source = (ROOT / "experiments" / script).read_text()
     assert "import experiments" not in source and "from experiments" not in source and "sys.path" not in source

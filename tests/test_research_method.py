@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from experiments import bandwidth_frontier as bf
 from jaxcomm import exchange, network
+from jaxcomm.harness import frontier as fr
 
 
 def confident_labels(threshold: float = 0.5) -> exchange.Exchange:
@@ -31,8 +31,8 @@ CONFIDENT = network.output_sharing(confident_labels(), name="confident_labels").
 
 
 def test_a_method_of_research_code_joins_the_frontier_with_its_bytes(tmp_path):
-    config = dataclasses.replace(bf.smoke_config(), methods=("outputs:none", "sync"), num_seeds=3)
-    summary = bf.run(config, methods=[CONFIDENT], progress=False)
+    config = dataclasses.replace(fr.smoke_config(), methods=("outputs:none", "sync"), num_seeds=3)
+    summary = fr.run(config, methods=[CONFIDENT], progress=False)
     rows = summary["rows"]
     assert list(rows) == ["isolated", "sync_sgd", "confident_labels", "confident_labels_shared"]
     mine = rows["confident_labels"]
@@ -44,5 +44,5 @@ def test_a_method_of_research_code_joins_the_frontier_with_its_bytes(tmp_path):
     assert copies > 0 and kinds["payload"] == pytest.approx(copies * (32 + 4))
     assert kinds["indices"] == pytest.approx(copies * 8) and kinds["parameters"] == 0
     assert mine["paired_diff_vs_isolated_ci95"] is not None  # paired with the built-ins on the same seeds
-    assert mine["accuracy"] is not None and "confident_labels_shared" in bf.under(rows, "shared")
-    assert summary["frontier"] == bf.frontier(bf.under(rows, "private"))  # compared with the built-ins
+    assert mine["accuracy"] is not None and "confident_labels_shared" in fr.under(rows, "shared")
+    assert summary["frontier"] == fr.pareto(fr.under(rows, "private"))  # compared with the built-ins
