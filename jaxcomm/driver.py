@@ -41,6 +41,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
+from jaxcomm import curves
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.population import to_host, where
 
@@ -519,6 +520,7 @@ def train(
                     new_best = new_best._replace(kept=keep(new_best.kept))
                 state, done, best = new_state, done + length, new_best
                 history.append(record)
+                curves.emit(desc, record)  # TensorBoard, inside a curves.tensorboard(...) only
                 committed = (keep(state), done, len(history), best, reference, seconds, finished)
                 if system.postfix is not None:  # before the update, which redraws: the bar shows this evaluation
                     bar.set_postfix(system.postfix(record), refresh=False)

@@ -225,6 +225,9 @@ def main(
                         help="folder holding the datasets (sets $JAXCOMM_DATA_DIR for this run)")
     parser.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
+    parser.add_argument("--log-dir", default=None, metavar="DIR",
+                        help="also write every run's evaluation curves for TensorBoard under DIR "
+                             "(tensorboard --logdir DIR; jaxcomm.curves)")
     parser.add_argument("--deterministic", action="store_true",
                         help="bitwise-repeatable GPU kernels (slower on a GPU; CPU runs already are)")
     resumable = "checkpoints" in inspect.signature(run).parameters
@@ -313,12 +316,13 @@ def main(
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
 
+    from jaxcomm import curves  # noqa: PLC0415
     from jaxcomm.data import DataError  # noqa: PLC0415
 
     seen: list[int] = []
     start = time.perf_counter()
     try:
-        with interrupts(seen):
+        with interrupts(seen), (curves.tensorboard(args.log_dir) if args.log_dir else contextlib.nullcontext()):
             result = dict(run(config, **kwargs))
         if seen:
             raise KeyboardInterrupt(f"signal {seen[0]}")

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-N, B, K, O = 64, 32, 784, 32
-FLOPS = 2 * N * B * K * O
+N, B, K, OUT = 64, 32, 784, 32
+FLOPS = 2 * N * B * K * OUT
 
 
 def best_ms(call, reps: int = 50) -> float:
@@ -37,8 +37,8 @@ def line(name: str, ms: float, how: str = "") -> None:
 def main() -> None:
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.random((N, B, K), np.float32))
-    w = jnp.asarray(rng.random((N, K, O), np.float32))
-    g = jnp.asarray(rng.random((N, B, O), np.float32))
+    w = jnp.asarray(rng.random((N, K, OUT), np.float32))
+    g = jnp.asarray(rng.random((N, B, OUT), np.float32))
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}")
     print("| GEMM | ms | GFLOP/s | how |\n|---|---|---|---|")
     cases = {
@@ -51,7 +51,7 @@ def main() -> None:
         jf = jax.jit(f)
         text = jf.lower(x, w, g).compile().as_text()
         how = "YNNPACK fusion" if "__ynn_fusion" in text else "XLA dot"
-        line(name, best_ms(lambda: jf(x, w, g)), how)
+        line(name, best_ms(lambda jf=jf: jf(x, w, g)), how)
     try:
         import torch
     except ImportError:
