@@ -151,13 +151,22 @@ def _load_choices() -> dict:
         return {}
 
 
-def rule_of_thumb(family: str, num_nodes: int, *, platform: str) -> tuple[str, str]:
-    """The choice without measurements: see the module docstring."""
-    if platform != "cpu":
-        return "vmap", "scan"
-    if family == "conv":
-        return ("unrolled", "dispatch") if num_nodes <= UNROLL_LIMIT else ("loop", "eager")
-    return "vmap", "scan"
+def rule_of_thumb(family: str, num_nodes: int, *, platform: str, backend: str = AUTO,
+                  step_loop: str = AUTO) -> tuple[str, str]:
+    """The choice without measurements (see the module docstring), given the halves the caller fixed.
+
+    Backend: on a CPU, convolutional nodes unrolled up to :data:`UNROLL_LIMIT` and run one by one ("loop")
+    past it; "vmap" otherwise; "loop" whenever the step loop is "eager". Step loop: what the backend needs
+    ("sharded" one call per step, "loop" eager), else one call per step for convolutions on a CPU (slow inside
+    a loop body) and a scan for the rest; never "eager" for a backend that would then run op by op.
+    """
+    cpu_conv = platform == "cpu" and family == "conv"
+    if backend == AUTO:
+        backend = ("loop" if step_loop == "eager" or (cpu_conv and num_nodes > UNROLL_LIMIT)
+                   else "unrolled" if cpu_conv else "vmap")
+    if step_loop == AUTO:
+        step_loop = {"sharded": "dispatch", "loop": "eager"}.get(backend, "dispatch" if cpu_conv else "scan")
+    return backend, step_loop
 
 
 AUTOTUNE_ENV = "JAXCOMM_AUTOTUNE"  # "0": never time candidates, read the shipped table
@@ -435,15 +444,8 @@ def choose(
                       step_loop=step_loop)
     if shipped:
         return shipped[0]
-    platform = platform or jax.default_backend()
-    default_backend, default_loop = rule_of_thumb(family, num_nodes, platform=platform)
-    if backend == AUTO:
-        backend = "loop" if step_loop == "eager" else default_backend
-    if step_loop == AUTO:
-        step_loop = {"sharded": "dispatch", "loop": "eager"}.get(backend, default_loop)
-        if step_loop == "eager" and backend != "loop":  # eager, any other lift runs op by op
-            step_loop = "dispatch"
-    return backend, step_loop
+    return rule_of_thumb(family, num_nodes, platform=platform or jax.default_backend(), backend=backend,
+                         step_loop=step_loop)
 
 
 def ranking(family: str, num_nodes: int, *, batch_size: int = 32, platform: str | None = None, backend: str = AUTO,

@@ -171,6 +171,11 @@ def test_rule_of_thumb_without_measurements(tmp_path, monkeypatch):
     assert speed.choose("mlp", 64, platform="cpu") == ("vmap", "scan")
     assert speed.choose("wide_mlp", 8, platform="cpu") == ("vmap", "scan")
     assert speed.choose("conv", 10, platform="gpu") == ("vmap", "scan")
+    # a fixed half gets the other half that goes with it: never "eager" for a lift that would run op by op
+    assert speed.choose("conv", 1000, platform="cpu", backend="vmap") == ("vmap", "dispatch")
+    assert speed.choose("conv", 10, platform="cpu", backend="sharded") == ("sharded", "dispatch")
+    assert speed.choose("conv", 10, platform="cpu", step_loop="scan") == ("unrolled", "scan")
+    assert speed.choose("mlp", 64, platform="cpu", backend="map") == ("map", "scan")
 
 
 def test_network_resolves_auto_and_honours_overrides():
