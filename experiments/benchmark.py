@@ -49,6 +49,9 @@ Each step runs the way the engine runs it (``step_loop="auto"``): in lax.scan
 for the MLPs, one jitted call per step for the CNN on CPU (see jaxcomm.speed).
 Timings use real MNIST digits (the shipped sample) for the MLPs; the CNN rows
 use random uint8 32x32x3 images, since speed does not depend on pixel values.
+Every row of the full and gpu suites first builds its network with ``backend="auto"`` from an empty cache, as a
+user's first run does, and records the pair picked, the seconds choosing took and that pair's speed against the
+fastest pair (issue 40).
 Writes runs/benchmark/<suite>-<time>/summary.json (or --out DIR), table.md and, with --write-choices, the
 measured-best table that ``backend="auto"`` reads (jaxcomm/assets/backends.json).
 """
@@ -83,6 +86,7 @@ class Row:
     baseline: bool = True
     step_loops: tuple[str, ...] = ("scan", "dispatch")
     parts: bool = False  # a step's parts against their floors, and PyTorch's best recipe beside it (issue 41)
+    cold: bool = True  # what auto picks from an empty cache, and how long choosing takes (issue 40)
 
     @property
     def name(self) -> str:
@@ -96,7 +100,8 @@ four sweeps and its scale suite (module docstring)."""
 
 def rows(suite: str) -> list[Row]:
     if suite == "quick":
-        return [Row("student", 8), Row("teacher", 1), Row("cnn", 4, step_loops=("dispatch",))]
+        return [Row("student", 8, cold=False), Row("teacher", 1, cold=False),
+                Row("cnn", 4, step_loops=("dispatch",), cold=False)]
     if suite == "gpu":
         # At N = 1,024, lax.map (nodes one after another) and unrolled (minutes to compile) are left out.
         # Convolutions in a scan body are not slow on a GPU as on CPU: both step loops are measured.
@@ -256,6 +261,32 @@ def timed(run, state, data, chunk: int) -> tuple[float, float, object]:
     return compile_seconds, steps_per_s, state
 
 
+COLD_PLANNED_STEPS = 1000
+"""The run a cold choice is made for: its budget is 15 s or a tenth of this many steps at the best speed."""
+
+
+def cold_choice(make, base) -> dict:
+    """What ``auto`` picks from an empty cache for this network (issue 40): the pair and the seconds choosing took
+    (building the network with backend and step loop "auto" for a :data:`COLD_PLANNED_STEPS`-step run, timing
+    its candidates as a user's first run does)."""
+    import os
+    import tempfile
+
+    from jaxcomm import speed
+
+    saved = {name: os.environ.get(name) for name in (speed.CACHE_ENV, speed.AUTOTUNE_ENV)}
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ[speed.CACHE_ENV], os.environ[speed.AUTOTUNE_ENV] = cache, "1"
+        try:
+            start = time.perf_counter()
+            net = make(base.replace(backend="auto", step_loop="auto", num_steps=COLD_PLANNED_STEPS))
+            seconds = time.perf_counter() - start
+        finally:
+            for name, value in saved.items():
+                os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+    return {"pair": [net.backend, net.step_loop], "seconds": seconds}
+
+
 def measure_row(row: Row) -> dict:
     """All measurements of one row, in this process."""
     import jax
@@ -275,8 +306,12 @@ def measure_row(row: Row) -> dict:
     # training (100s of steps): timed in chunks of EAGER_CHUNK steps, that cost is counted, not magnified.
     chunk_of = lambda step_loop: max(chunk, EAGER_CHUNK) if step_loop == "eager" else chunk  # noqa: E731
     result = {"workload": row.workload, "num_nodes": row.num_nodes, "batch_size": row.batch_size}
+    if row.cold:  # first, as a user's first run: nothing of this model compiled yet
+        result["cold_choice"] = cold_choice(make, base)
     speeds, compile_seconds, leader = {}, {}, None
     pairs = [(b, s) for b in row.backends for s in row.step_loops] + [("loop", "eager")]
+    if row.cold and tuple(result["cold_choice"]["pair"]) not in pairs:  # auto's pick is timed like the others
+        pairs.insert(0, tuple(result["cold_choice"]["pair"]))
     for backend, step_loop in pairs:
         net = make(base.replace(backend=backend, step_loop=step_loop))
         data = network.network_data(dataset, base)
@@ -288,6 +323,10 @@ def measure_row(row: Row) -> dict:
             leader = ((backend, step_loop), run, state, data)
     state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.nodes))
     result.update({f"{b}_{s}_node_steps_per_s": v for (b, s), v in speeds.items()})
+    if row.cold:  # auto's pick against the fastest pair, both timed alike (once each, in the loop above)
+        cold = result["cold_choice"]
+        cold["node_steps_per_s"] = speeds[tuple(cold["pair"])]
+        cold["of_fastest"] = cold["node_steps_per_s"] / max(speeds.values())
     per_backend = {b: max(v for (bb, _), v in speeds.items() if bb == b) for b in row.backends}
     result.update({f"{b}_node_steps_per_s": v for b, v in per_backend.items()})
     result["eager_node_steps_per_s"] = speeds["loop", "eager"]  # "loop_node_steps_per_s" is the thesis' way
@@ -631,6 +670,22 @@ def measure_peer(row: Row, timeout: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _cold_table(rows: dict) -> list[str]:
+    """auto's first choice per row (issue 40), for the rows that measured it (none before it)."""
+    measured = {name: r["cold_choice"] for name, r in rows.items() if "cold_choice" in r}
+    if not measured:
+        return []
+    lines = ["", f"A first run's choice (issue 40): `backend=\"auto\", step_loop=\"auto\"` from an empty cache, for a "
+             f"{COLD_PLANNED_STEPS:,}-step run (the row's first measurement: nothing of its model compiled yet); "
+             "`choosing s` = the seconds building the network took, timing its candidates included; `of fastest` = "
+             "the picked pair's node-steps/s over the fastest pair's, both timed alike in the row.", "",
+             "| row | auto picked | choosing s | node-steps/s | of fastest |", "|---|---|---|---|---|"]
+    for name, cold in measured.items():
+        lines.append(f"| {name} | {'/'.join(cold['pair'])} | {cold['seconds']:.1f} | "
+                     f"{cold.get('node_steps_per_s', 0):.1f} | {cold.get('of_fastest', 0):.2f}x |")
+    return lines
+
+
 def format_table(summary: dict) -> str:
     from jaxcomm.harness import step_parts  # noqa: PLC0415 (starts no backend)
 
@@ -642,7 +697,7 @@ def format_table(summary: dict) -> str:
     if summary.get("interrupted"):
         lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
     if summary["rows"]:
-        lines += _rows_table(summary["rows"])
+        lines += _rows_table(summary["rows"]) + _cold_table(summary["rows"])
         lines += step_parts.peer_table(summary["rows"]) + step_parts.parts_table(summary["rows"])
     sweeps = summary.get("sweeps") or {}
     if sweeps:

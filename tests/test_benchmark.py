@@ -122,7 +122,7 @@ def test_the_benchmark_exits_non_zero_when_a_scale_row_fails(tmp_path):
 def test_a_row_measures_the_engines_per_node_loop_and_tables_it(monkeypatch):
     """The engine's eager per-node loop is measured beside the lifted backends and may be the row's best."""
     monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
-    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("dispatch",))
+    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("dispatch",), cold=False)
     result = benchmark.measure_row(row)
     assert result["eager_node_steps_per_s"] == result["loop_eager_node_steps_per_s"] > 0
     assert set(result["compile_seconds"]) == {"vmap_dispatch", "loop_eager"}
@@ -142,7 +142,8 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
 
     monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
     monkeypatch.setattr(step_parts, "MIN_SECONDS", 0.05)
-    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False, parts=True)
+    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False, parts=True,
+                        cold=False)
     result = benchmark.measure_row(row)
     parts = result["parts"]
     assert set(parts["parts"]) == {"draw", "forward_backward", "optimizer"}
@@ -165,6 +166,28 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
     plain = {k: v for k, v in result.items() if k not in ("parts", "peer")}
     assert "Against PyTorch" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
     assert "Parts of a step" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
+
+
+def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkeypatch, tmp_path):
+    """Issue 40: the pair auto picks with nothing cached, the seconds choosing took, and that pair's speed against
+    the fastest pair, timed alike; the user's cache is neither read nor written."""
+    from jaxcomm import speed
+
+    monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(speed, "MIN_BUDGET_S", 2.0)
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))  # the "user's" cache: must stay untouched
+    row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False)
+    result = benchmark.measure_row(row)
+    cold = result["cold_choice"]
+    assert cold["seconds"] > 0 and tuple(cold["pair"]) in speed.candidates(2, family="mlp")
+    assert cold["node_steps_per_s"] == result[f"{cold['pair'][0]}_{cold['pair'][1]}_node_steps_per_s"]
+    fastest = max(result[f"{pair}_node_steps_per_s"] for pair in result["compile_seconds"])
+    assert cold["of_fastest"] == pytest.approx(cold["node_steps_per_s"] / fastest) and cold["of_fastest"] <= 1
+    assert not (tmp_path / "choices.json").exists() and __import__("os").environ[speed.CACHE_ENV] == str(tmp_path)
+    table = benchmark.format_table(_summary(rows={"student_n2": result}))
+    assert f"| student_n2 | {'/'.join(cold['pair'])} | {cold['seconds']:.1f} | " in table
+    plain = {k: v for k, v in result.items() if k != "cold_choice"}
+    assert "A first run's choice" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
 
 
 def test_the_peer_is_tabled_against_jaxcomms_best():
