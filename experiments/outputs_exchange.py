@@ -577,6 +577,7 @@ def table_markdown(summary: dict, curves: list[dict] | None = None) -> str:
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += study_paired_markdown(studies)
+        lines += study_vs_isolated_markdown(studies, rows)
         lines += ["", "![studies](studies.png)"]
     lines += reruns_markdown(summary)
     lines += other_recipes_markdown(summary)
@@ -615,6 +616,24 @@ def study_paired_markdown(studies: list[dict]) -> list[str]:
     return report.paired_comparisons(points, comparisons, PAIRED_KEYS, title="Studies against their reference point",
                                      why_paired="the same seed draws the same initialisations and, at the same N, "
                                                 "the same shards")
+
+
+ISOLATED = "10_nodes_no_sharing"
+
+
+def study_vs_isolated_markdown(studies: list[dict], rows: dict) -> list[str]:
+    """Every study point minus 10 isolated nodes trained as long (the row :data:`ISOLATED`, where it ran the
+    studies' steps with their seeds), paired by seed: whether each way of sharing helps or hurts against not
+    sharing at all (issue 39), one Holm family."""
+    isolated = rows.get(ISOLATED)
+    points = {f"{s['study']} {s['label']}": s for s in studies}
+    if isolated is None or any(s["steps"] != isolated["steps"] for s in studies):
+        return []
+    comparisons = [(name, ISOLATED, f"{name} vs 10 isolated nodes") for name in points]
+    return report.paired_comparisons(
+        points | {ISOLATED: isolated}, comparisons, PAIRED_KEYS, title="Studies against 10 isolated nodes",
+        why_paired=f"{isolated['steps']:,} steps each; the same seed draws the same initialisations and, at N = 10, "
+                   "the same shards")
 
 
 def paired_markdown(rows: dict) -> list[str]:

@@ -280,6 +280,24 @@ def test_study_points_are_paired_with_their_studys_reference_point():
     assert not any("p=9 vs" in line or "tau=" in line for line in lines)
 
 
+def test_every_study_point_is_paired_with_isolated_nodes_of_its_horizon():
+    def point(study, label, accuracies, steps=5000):
+        return {"study": study, "label": label, "seeds": [0, 1, 2], "steps": steps,
+                "per_seed": [{"avg_accuracy": a, "collective_accuracy": a + 1} for a in accuracies]}
+
+    isolated = point("rows", "isolated", [50.0, 51.0, 52.0])
+    studies = [point("neighbours", "p=1", [52.0, 54.0, 53.0]), point("neighbours", "p=9", [50.0, 51.0, 52.5])]
+    lines = oe.study_vs_isolated_markdown(studies, {oe.ISOLATED: isolated})
+    # p=1: differences 2, 3, 1 (as above, p 0.0742); p=9: 0, 0, 0.5 (mean 0.17, sd 0.29, p 0.423); Holm over 4
+    # tests: 4 x 0.0742 = 0.297 for both p=1 rows, 2 x 0.423 = 0.845 for both p=9 rows
+    assert "| neighbours p=1 vs 10 isolated nodes | avg | +2.0 | [-0.5, +4.5] | 0.074 | 0.297 | no |" in lines
+    assert "| neighbours p=9 vs 10 isolated nodes | avg | +0.2 | [-0.6, +0.9] | 0.423 | 0.845 | no |" in lines
+    assert "5,000 steps each" in lines[1]
+    # isolated nodes trained for another horizon pair nothing
+    assert oe.study_vs_isolated_markdown(studies, {oe.ISOLATED: isolated | {"steps": 1000}}) == []
+    assert oe.study_vs_isolated_markdown(studies, {}) == []
+
+
 def test_strided_cnn_defaults_are_unchanged():
     # 4x4 convs 3->64->128->256 with biases, stride 2, then 4*4*256 -> 10: 699,850 parameters, no model state.
     model = StridedCNN()
