@@ -460,18 +460,9 @@ def _steps_per_seed(row: dict, key: str, horizon: int) -> str:
     return _steps(row[key], horizon)
 
 
-def validation_target(curves: list[dict]) -> float | None:
-    """Table 2.2's target chosen on validation, as the thesis' 85 % sits at its single node's final accuracy
-    (84.5 %): the single node's final validation accuracy, mean over seeds, rounded to the nearest point. None
-    without a single-node row evaluated on validation."""
-    single = [c["validation_avg_accuracy"][-1] for c in curves
-              if c.get("kind") == "row" and c.get("nodes") == 1 and c.get("validation_avg_accuracy")]
-    return float(round(np.mean(single))) if single else None
-
-
 def _validation_steps_section(curves: list[dict] | None) -> list[str]:
     """Table 2.2 read on validation curves at :func:`validation_target`, the same steps read on test beside."""
-    target = validation_target(curves or [])
+    target = recipes.validation_target(curves or [])
     if target is None:
         return []
     runs = [c for c in curves if c.get("kind") == "row" and c.get("validation_avg_accuracy")]

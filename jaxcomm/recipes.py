@@ -204,6 +204,16 @@ PRESETS: dict[str, Callable[[], Chapter2Recipe]] = {"smoke": smoke, "cpu": cpu, 
 """The recipe presets, by name (experiments' ``--preset`` names)."""
 
 
+def validation_target(curves: Sequence[Mapping[str, Any]]) -> float | None:
+    """Table 2.2's target chosen on validation, as the thesis' 85 % sits at its single node's final accuracy
+    (84.5 %): the single node's final validation accuracy, mean over seeds, rounded to the nearest point. ``curves``:
+    a chapter-2 run's (``experiments/outputs_exchange.py``: ``kind`` "row", ``nodes``, ``validation_avg_accuracy``
+    per evaluation). None without a single-node row evaluated on validation."""
+    single = [c["validation_avg_accuracy"][-1] for c in curves
+              if c.get("kind") == "row" and c.get("nodes") == 1 and c.get("validation_avg_accuracy")]
+    return float(round(sum(single) / len(single))) if single else None
+
+
 def steps_to_target(history: Sequence[Mapping[str, Any]], target: float,
                     key: Callable[[Mapping[str, Any]], float]) -> int | None:
     """The first evaluated step whose accuracy ``key(record)`` is >= ``target`` (Table 2.2), or None.

@@ -1,0 +1,236 @@
+"""Table 2.2 read in time: the steps each chapter-2 row needs to reach a target, as seconds on named links.
+
+    python experiments/table22_time.py --preset cpu           # seconds: no training; reads results/outputs_exchange
+    python experiments/table22_time.py report results/table22_time
+
+The thesis reads its training steps as the wall time of a parallel system (§2.3) and finds 20 nodes sharing true
+labels reach 85 % sooner than one node on all the data, 2,700 against 5,900 steps ("a speedup of over 215 %",
+Table 2.2), communication taken as free and instantaneous. Here every row of a chapter-2 run (``outputs_dir``, from
+``experiments/outputs_exchange.py``: its summary and curves) is re-timed on one cluster per named link
+(:data:`jaxcomm.clock.LINKS`): every node a computer whose local step takes ``seconds_per_step`` (0: what the run
+measured for its single node), its messages leaving on its uplink one after the other while it computes
+(:func:`jaxcomm.clock.seconds`: a node is held back only when its uplink cannot keep up). A row's time to the
+target is its median seed's first evaluated step at or above the target, in virtual seconds; the speed-up is the
+single node's time over the row's. Steps are read on the collective decision's validation curves at the target
+chosen on validation (:func:`jaxcomm.recipes.validation_target`), and on the test curves at the run's own target
+beside them.
+
+Re-timed, not re-trained: the rows trained with instant delivery. On a slower link a message also arrives later
+(``delay`` below: receiver steps in flight), which changes what a node learns from it;
+``experiments/time_frontier.py`` measures that change by training again with the messages in flight.
+
+References:
+  Lacaille (2018), §2.3, Table 2.2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxcomm import clock, recipes
+from jaxcomm.harness import cli as harness_cli
+from jaxcomm.harness import report, results
+from jaxcomm.validation import require
+
+EXPERIMENT = "table22_time"
+SINGLE = "1_node_no_sharing"
+THESIS_SPEEDUP = 5900 / 2700
+"""The thesis' Table 2.2: one node reaches 85 % at 5,900 steps, 20 nodes sharing true labels at 2,700."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Table22TimeConfig:
+    """Attributes:
+      outputs_dir: a chapter-2 results folder (``experiments/outputs_exchange.py``) with a single-node row.
+      links: names of :data:`jaxcomm.clock.LINKS`, a cluster each.
+      seconds_per_step: one node's local step in seconds; 0: the run's single node's measured step (its curves'
+        wall seconds between the first and last evaluations over the steps between them, median over seeds).
+    """
+
+    outputs_dir: str = "results/outputs_exchange"
+    links: tuple[str, ...] = ("instant", "datacenter", "lan_1g", "wan_100m")
+    seconds_per_step: float = 0.0
+
+    def __post_init__(self):
+        require(isinstance(self.outputs_dir, str) and self.outputs_dir, "outputs_dir", "a results folder",
+                self.outputs_dir)
+        require(isinstance(self.links, tuple) and self.links and set(self.links) <= set(clock.LINKS), "links",
+                f"a non-empty tuple of {sorted(clock.LINKS)}", self.links)
+        require(isinstance(self.seconds_per_step, float | int) and self.seconds_per_step >= 0, "seconds_per_step",
+                "seconds >= 0", self.seconds_per_step)
+
+
+PRESETS = {"cpu": Table22TimeConfig}
+
+
+def measured_step(curves: list[dict]) -> float:
+    """Seconds of the single node's step: wall seconds between its first and last evaluations over the steps
+    between them (the first interval, which holds compilation, left out), median over seeds."""
+    single = [c for c in curves if c.get("kind") == "row" and c["run"] == SINGLE]
+    require(bool(single), "outputs_dir", f"a run with a {SINGLE} row and its curves", None)
+    return float(np.median([(c["seconds"][-1] - c["seconds"][0]) / (c["steps"][-1] - c["steps"][0])
+                            for c in single]))
+
+
+def first_step(curve: dict, key: str, target: float) -> int | None:
+    """The first evaluated step of ``curve`` whose collective (``key``: "validation_collective_accuracy" or
+    "collective_accuracy", negentropy) is >= ``target``; None if none is."""
+    values = curve[key]["negentropy"] if isinstance(curve[key], dict) else curve[key]
+    return next((step for step, value in zip(curve["steps"], values, strict=True) if value >= target), None)
+
+
+def median_seed(values: list[float | None]) -> float | None:
+    """The median seed's value, not reaching (None) counting as the slowest; the upper of two middles."""
+    ordered = sorted(values, key=lambda v: np.inf if v is None else v)
+    return ordered[len(ordered) // 2]
+
+
+def seconds_at(cluster: clock.Cluster, num_nodes: int, bytes_per_step: float, steps: int | None) -> float | None:
+    """Virtual seconds after ``steps`` steps of N nodes each sending ``bytes_per_step`` a step asynchronously
+    (:func:`jaxcomm.clock.seconds`); None for None."""
+    if steps is None:
+        return None
+    return clock.seconds(cluster, (), num_nodes, steps,
+                         uplink_bytes=np.full(num_nodes, bytes_per_step * steps))["seconds"]
+
+
+def delay_steps(cluster: clock.Cluster, num_nodes: int, message_bytes: float) -> int:
+    """The median receiver steps a broadcast to the N - 1 others is in flight (:func:`jaxcomm.clock.delivery_steps`);
+    0 for one node or no messages."""
+    if num_nodes < 2 or not message_bytes:
+        return 0
+    adj = ~np.eye(num_nodes, dtype=bool)
+    return int(np.median(clock.delivery_steps(cluster, adj, message_bytes)[adj]))
+
+
+def run(config: Table22TimeConfig) -> dict:
+    """Every row of ``outputs_dir`` on every link: ``rows`` ``{row: {"nodes", "bytes_per_node_step",
+    "message_bytes", "steps": {"validation", "test"} per seed, "links": {link: {"seconds": {"validation",
+    "test"} of the median seed, "step_seconds", "held_back", "delay_steps"}}}}``, with the targets and the step."""
+    summary, curves = results.read_run(config.outputs_dir)
+    step = config.seconds_per_step or measured_step(curves)
+    targets = {"validation": recipes.validation_target(curves), "test": float(summary["config"]["target"])}
+    keys = {"validation": "validation_collective_accuracy", "test": "collective_accuracy"}
+    out = {}
+    for name, row in summary["rows"].items():
+        seeds = sorted((c for c in curves if c.get("kind") == "row" and c["run"] == name), key=lambda c: c["seed"])
+        n, sent = row["nodes"], row["bytes_sent_per_node_step"]
+        steps = {split: [first_step(c, keys[split], targets[split]) for c in seeds]
+                 for split in targets if targets[split] is not None and all(keys[split] in c for c in seeds)}
+        links = {}
+        for link_name in config.links:
+            cluster = clock.Cluster(clock.Compute(step, source="measured" if not config.seconds_per_step else "given"),
+                                    clock.LINKS[link_name])
+            one = seconds_at(cluster, n, sent, 1)
+            links[link_name] = {"seconds": {split: seconds_at(cluster, n, sent, median_seed(per_seed))
+                                            for split, per_seed in steps.items()},
+                                "step_seconds": one, "held_back": one > step * (1 + 1e-9),
+                                "uplink_seconds": sent / clock.LINKS[link_name].bandwidth,
+                                "delay_steps": delay_steps(cluster, n, row["message_bytes"] if sent else 0)}
+        out[name] = {"nodes": n, "content": row["content"], "bytes_per_node_step": sent,
+                     "message_bytes": row["message_bytes"], "steps": steps, "links": links}
+    return {"rows": out, "targets": targets, "seconds_per_step": step, "horizon": summary["config"]["num_steps"],
+            "links": {name: clock.LINKS[name]._asdict() for name in config.links},
+            "source": {"out_dir": config.outputs_dir, "command": summary["command"],
+                       "git_commit": summary["git_commit"], "device": summary["device"]}}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _seconds(value: float | None, horizon_seconds: float | None = None) -> str:
+    if value is None:
+        return "not reached" if horizon_seconds is None else f"> {_seconds(horizon_seconds)}"
+    return f"{value / 60:.1f} min" if value >= 120 else f"{value:.1f} s"
+
+
+def speedup(summary: dict, name: str, link: str, split: str) -> float | None:
+    """The single node's time to the target over ``name``'s on ``link``; None if either does not reach it."""
+    single = summary["rows"][SINGLE]["links"][link]["seconds"].get(split)
+    mine = summary["rows"][name]["links"][link]["seconds"].get(split)
+    return None if single is None or mine is None else single / mine
+
+
+def table_markdown(summary: dict) -> str:
+    src, step, targets = summary["source"], summary["seconds_per_step"], summary["targets"]
+    splits = [s for s in ("validation", "test") if targets.get(s) is not None]
+    lines = report.heading("Table 2.2 in time: steps to the target as seconds on named links", summary,
+                           "table22_time.py")
+    lines += [f"Rows read: `{src['out_dir']}` (command `{src['command']}`, commit `{src['git_commit']}`, "
+              f"{src['device']}). A node's local step: {step * 1e3:.2f} ms (the single node's, measured there). "
+              "Each row's time to the target: its median seed's first evaluated step at or above it (collective "
+              "decision), times what a step takes on the link (the step, or the node's uplink busy with its "
+              "messages if that is longer: `step on link`). Targets: "
+              + ", ".join(f"{targets[s]:g} % on {s}" + (" (chosen on validation)" if s == "validation" else
+                                                         " (the run's own)") for s in splits)
+              + f". Speed-up: the single node's time over the row's (thesis: {THESIS_SPEEDUP:.2f}x for 20 nodes "
+              "sharing true labels, 5,900 against 2,700 steps to 85 %, communication free). `delay`: receiver "
+              "steps a message is in flight on the link, which the rows did not train with (re-timed, not "
+              "re-trained). `uplink / step`: the seconds a node's uplink needs for what it sends per step; a "
+              "device whose step is shorter than that is held back by its link.", ""]
+    for link, spec in summary["links"].items():
+        bandwidth = spec["bandwidth"]
+        title = (f"## {link}: {bandwidth * 8 / 1e9:g} Gbit/s, {spec['latency'] * 1e3:g} ms"
+                 if bandwidth is not None and np.isfinite(bandwidth) else f"## {link}: no transfer time")
+        lines += [title, "", f"{spec['source']}.", "",
+                  "| row | bytes / node / step | uplink / step | step on link | delay (steps) | "
+                  + " | ".join(f"to {targets[s]:g} % ({s}) | speed-up ({s})" for s in splits) + " |",
+                  "|---|---|---|---|---|" + "---|---|" * len(splits)]
+        for name, row in summary["rows"].items():
+            timed = row["links"][link]
+            horizon = timed["step_seconds"] * summary["horizon"]
+            cells = []
+            for s in splits:
+                ratio = speedup(summary, name, link, s) if s in row["steps"] else None
+                cells += [_seconds(timed["seconds"].get(s), horizon), "-" if ratio is None else f"{ratio:.2f}x"]
+            lines.append(f"| {name} | {row['bytes_per_node_step']:,.0f} | {timed['uplink_seconds'] * 1e3:.2f} ms | "
+                         f"{timed['step_seconds'] * 1e3:.2f} ms"
+                         + (" (uplink)" if timed["held_back"] else "") + f" | {timed['delay_steps']} | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines + reading(summary))
+
+
+def reading(summary: dict) -> list[str]:
+    """What the tables say, computed from them: per row that reaches the target, its speed-up on each link, and
+    the step below which the slowest link's uplink would hold its nodes back."""
+    step, links = summary["seconds_per_step"], list(summary["links"])
+    lines = ["## Reading (generated from the tables above)", ""]
+    for name, row in summary["rows"].items():
+        if name == SINGLE or not row["steps"]:
+            continue
+        for split in row["steps"]:
+            ratios = [speedup(summary, name, link, split) for link in links]
+            if all(r is None for r in ratios):
+                lines.append(f"- {name} ({split}): does not reach the target within the horizon.")
+                continue
+            spread = " / ".join("-" if r is None else f"{r:.2f}x" for r in ratios)
+            lines.append(f"- {name} ({split}): speed-up over one node {spread} on {' / '.join(links)} (thesis "
+                         f"{THESIS_SPEEDUP:.2f}x for 20 nodes sharing true labels, communication free).")
+        worst = max(row["links"][link]["uplink_seconds"] for link in links)
+        if worst:
+            held = [link for link in links if row["links"][link]["held_back"]]
+            lines.append(f"  Its uplink needs at most {worst * 1e3:.2f} ms a step; at the {step * 1e3:.2f} ms step "
+                         + (f"it holds nodes back on {', '.join(held)}" if held else "no link holds a node back")
+                         + f"; a device stepping faster than {worst * 1e3:.2f} ms would be held back on the slowest "
+                         "link.")
+    return lines + [""]
+
+
+def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:  # noqa: ARG001  (no plot: a table reads it)
+    summary, _ = results.read_run(out_dir)
+    report.write_table(pathlib.Path(out_dir), table_markdown(summary))
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    return harness_cli.cli(argv, experiment=EXPERIMENT, presets=PRESETS, run=run, description=__doc__,
+                           write_report=write_report)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,75 @@
+"""Table 2.2 in time (issue 38): a chapter-2 run's steps to the target re-timed on links, checked by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import table22_time as t22
+from jaxcomm import clock, recipes
+
+
+def curve(run, seed, nodes, test, validation, seconds):
+    return {"kind": "row", "run": run, "seed": seed, "nodes": nodes, "steps": [100, 200, 300],
+            "avg_accuracy": test, "collective_accuracy": {"negentropy": test}, "validation_avg_accuracy": validation,
+            "validation_collective_accuracy": {"negentropy": validation}, "seconds": seconds}
+
+
+@pytest.fixture
+def outputs(tmp_path):
+    """A run of two rows: one node (10 ms a step after compiling), and 4 nodes sending 125,000 B per node-step in
+    messages of 50,000 B."""
+    rows = {"1_node_no_sharing": {"nodes": 1, "content": "none", "bytes_sent_per_node_step": 0.0, "message_bytes": 0},
+            "4_nodes_true_labels": {"nodes": 4, "content": "true_labels", "bytes_sent_per_node_step": 125_000.0,
+                                    "message_bytes": 50_000}}
+    curves = [curve("1_node_no_sharing", s, 1, [50, 60, 70], [51, 59, 71], [5.0, 6.0, 7.0 + s]) for s in (0, 1, 2)]
+    curves += [curve("4_nodes_true_labels", 0, 4, [61, 66, 70], [62, 70, 71], [1, 2, 3]),
+               curve("4_nodes_true_labels", 1, 4, [55, 64, 70], [50, 60, 72], [1, 2, 3]),
+               curve("4_nodes_true_labels", 2, 4, [50, 50, 50], [50, 50, 50], [1, 2, 3])]
+    summary = {"rows": rows, "config": {"target": 65.0, "num_steps": 300}, "command": "x", "git_commit": "c",
+               "device": "d"}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "curves.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curves))
+    return tmp_path
+
+
+def test_steps_to_the_target_become_seconds_on_each_link(outputs):
+    out = t22.run(t22.Table22TimeConfig(outputs_dir=str(outputs), links=("instant", "wan_100m")))
+    # the single node's step: (7 + s - 5) s over 200 steps, median over seeds 0, 1, 2 -> 3 s / 200 = 15 ms
+    assert out["seconds_per_step"] == pytest.approx(0.015)
+    # validation target: the single node's final validation accuracy, 71 on every seed
+    assert out["targets"] == {"validation": 71.0, "test": 65.0} == {
+        "validation": recipes.validation_target([json.loads(line) for line in
+                                                 (outputs / "curves.jsonl").read_text().splitlines()]), "test": 65.0}
+    single, shared = out["rows"]["1_node_no_sharing"], out["rows"]["4_nodes_true_labels"]
+    assert single["steps"] == {"validation": [300, 300, 300], "test": [300, 300, 300]}
+    assert shared["steps"] == {"validation": [300, 300, None], "test": [200, 300, None]}
+    instant = shared["links"]["instant"]
+    # the median seed (upper of two middles, None slowest): validation 300, test 300 steps, at 15 ms each
+    assert instant["seconds"] == {"validation": pytest.approx(4.5), "test": pytest.approx(4.5)}
+    assert instant["delay_steps"] == 0 and not instant["held_back"]
+    wan = shared["links"]["wan_100m"]
+    # 125,000 B a step on 12.5 MB/s: 10 ms of uplink, under the 15 ms step: not held back
+    assert wan["uplink_seconds"] == pytest.approx(0.010) and not wan["held_back"]
+    # a broadcast: 3 copies of 50,000 B (12 ms) + 40 ms latency = 52 ms, 4 receiver steps of 15 ms (ceil 3.47)
+    assert wan["delay_steps"] == 4
+    assert t22.speedup(out, "4_nodes_true_labels", "wan_100m", "test") == pytest.approx(1.0)
+
+
+def test_a_fast_device_is_held_back_by_its_uplink(outputs):
+    out = t22.run(t22.Table22TimeConfig(outputs_dir=str(outputs), links=("wan_100m",), seconds_per_step=0.005))
+    wan = out["rows"]["4_nodes_true_labels"]["links"]["wan_100m"]
+    assert wan["held_back"] and wan["step_seconds"] == pytest.approx(0.010)  # the uplink's 10 ms, not the 5 ms step
+    assert wan["seconds"]["test"] == pytest.approx(3.0)  # 300 steps x 10 ms
+    assert out["rows"]["1_node_no_sharing"]["links"]["wan_100m"]["seconds"]["test"] == pytest.approx(1.5)
+    assert t22.speedup(out, "4_nodes_true_labels", "wan_100m", "test") == pytest.approx(0.5)
+    assert clock.LINKS["wan_100m"].bandwidth == 12.5e6
+
+
+def test_the_command_line_writes_the_table(outputs, tmp_path):
+    out_dir = tmp_path / "t22"
+    assert t22.cli(["--out", str(out_dir), f"outputs_dir={outputs}", "links=instant,wan_100m"]) == 0
+    table = (out_dir / "table.md").read_text()
+    assert "## wan_100m: 0.1 Gbit/s, 40 ms" in table
+    assert "| 4_nodes_true_labels | 125,000 | 10.00 ms | 15.00 ms | 4 | 4.5 s | 1.00x | 4.5 s | 1.00x |" in table
