@@ -937,7 +937,7 @@ def main(argv=None) -> int:
         selected, sweeps, scale = selection(preset, args.only, sweeps=not args.no_sweeps, scale=args.scale)
     except KeyError as error:
         parser.error(error.args[0])
-    start = time.perf_counter()
+    start, commit = time.perf_counter(), harness_results.git_commit()  # the code that runs: read before it runs
     peak = matmul_gflops()
     print(f"float32 matmul: {peak:.1f} GFLOP/s", flush=True)
     results, sweep_results, scale_results, signals = {}, {}, {}, []
@@ -956,7 +956,7 @@ def main(argv=None) -> int:
             r["fraction_of_matmul_peak"] = r["flops_per_node_step"] * r["best_node_steps_per_s"] / (peak * 1e9)
         elif "error" not in r:
             r["fraction_of_matmul_peak"] = None
-    path = harness_results.write_summary(args.out, experiment="benchmark", preset=preset,
+    path = harness_results.write_summary(args.out, experiment="benchmark", preset=preset, commit=commit,
                                     rows=results, wall_seconds=time.perf_counter() - start, matmul_gflops=peak,
                                     sweeps=sweep_results, **({"scale": scale_results} if scale_results else {}),
                                     **({"interrupted": True, "not_run": not_run} if signals else {}))
