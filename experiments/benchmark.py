@@ -68,11 +68,29 @@ import subprocess
 import sys
 import time
 
+# Neither imports JAX (the parent process never starts a backend; each row's process does): the measurement
+# machinery of the sweeps and the scale suite with the rows' timing helpers, and the tables with the merges.
+from jaxcomm.harness.bench import (
+    BACKENDS,
+    ScaleRow,
+    SweepRow,
+    cold_choice,
+    initial,
+    loop_of,
+    matmul_gflops,
+    measure_scale,
+    measure_sweep,
+    model_and_data,
+    rate,
+    run_scale,
+    run_sweeps,
+    timed,
+)
+from jaxcomm.harness.reports.benchmark import format_table, merge_method_sweeps, merge_scale, merge_sweeps, write_report
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BACKENDS = ("vmap", "unrolled", "map", "sharded")  # inside the engine's jitted scan
 # The family (jaxcomm.speed.family_of) each workload's measurements are recorded under for backend="auto".
 FAMILIES = {"student": "mlp", "teacher": "wide_mlp", "cnn": "conv"}
-MIN_SECONDS = 2.0  # timed per variant, after compilation
 EAGER_CHUNK = 20  # steps per timed call of the "eager" step loop
 ROUNDS = 3  # interleaved rounds of the best pair and the thesis' loop, for their ratio
 
@@ -126,29 +144,6 @@ def rows(suite: str) -> list[Row]:
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class SweepRow:
-    """R identical-structure networks (seeds 0..R-1) trained as one sweep against one by one."""
-
-    workload: str  # "student" or "cnn"
-    runs: int
-    num_nodes: int
-    num_steps: int
-    eval_every: int
-    method: str = ""  # a spec of jaxcomm.zoo.parse swept by jaxcomm.methods.sweep; "": the network's train_networks
-
-    @property
-    def name(self) -> str:
-        prefix = zoo_name(self.method) + "_" if self.method else ""
-        return f"{prefix}{self.workload}_r{self.runs}_n{self.num_nodes}"
-
-
-def zoo_name(spec: str) -> str:
-    from jaxcomm import zoo
-
-    return zoo.parse(spec).name
-
-
 METHOD_SWEEPS = ("diloco:50", "sync", "codistill:100")
 """The baselines swept as one population (issue 37): 8 seeds of each on the student MLP, 10 nodes, 1,000 steps."""
 
@@ -161,21 +156,6 @@ def sweep_rows(suite: str) -> list[SweepRow]:
     if suite == "gpu":  # R x N = 160 and 640 student nodes, 50 and 200 CNN nodes
         return cpu + [SweepRow("student", 64, 10, 1000, 250), SweepRow("cnn", 20, 10, 300, 100)]
     return cpu
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaleRow:
-    """The largest population of one workload that trains in a memory budget: peak memory at a few N, each in a
-    fresh process, fitted by a line and extrapolated to the budget."""
-
-    workload: str  # "student" or "cnn"
-    sizes: tuple[int, ...]  # the N measured
-    num_steps: int
-    eval_every: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.workload}_scale"
 
 
 def scale_rows(suite: str) -> list[ScaleRow]:
@@ -200,91 +180,6 @@ def selection(suite: str, only: list[str] | None = None, *, sweeps: bool = True,
     named = [known[name] for name in only]
     return ([r for r in named if isinstance(r, Row)], [r for r in named if isinstance(r, SweepRow)],
             [r for r in named if isinstance(r, ScaleRow)])
-
-
-def model_and_data(workload: str):
-    """The workload's model and a dataset to sample from."""
-    import numpy as np
-
-    from jaxcomm import data
-    from jaxcomm.models import MLP, StridedCNN
-
-    if workload == "cnn":
-        rng = np.random.default_rng(0)
-        random_split = lambda m: data.ImageSplit((rng.random((m, 32, 32, 3)) * 255).astype(np.uint8),
-                                                 rng.integers(0, 10, m).astype(np.int32))
-        split = random_split(12_800)
-        return StridedCNN(), data.ImageDataset("random-32x32x3", split, random_split(1000), random_split(1000), 10)
-    hidden, dropout = ((32, 32), 0.0) if workload == "student" else ((1200, 1200), 0.5)
-    return MLP(hidden=hidden, dropout=dropout), data.load_mnist_sample()
-
-
-def loop_of(net):
-    """The engine's chunk runner for this network: lax.scan, one call per step, or the step run eagerly (node states
-    apart within the chunk, as in training), each chunk's state donated to the next as in training (a state given to
-    it is consumed: :func:`initial`)."""
-    from jaxcomm import driver
-
-    return driver.chunk_runner(net.step, lambda info: (), net.step_loop, layout=net.layout,
-                               donate=driver.donation(None))
-
-
-def initial(net):
-    """The network's first state with buffers of its own (:func:`jaxcomm.driver.own_buffers`), as the driver
-    donates it."""
-    import jax
-
-    from jaxcomm import driver
-
-    return driver.own_buffers(net.init(jax.random.PRNGKey(0)))
-
-
-def rate(run, state, data, chunk: int) -> tuple[object, float]:
-    """(state, steps per second) of ``run(state, data, chunk)`` called for at least MIN_SECONDS."""
-    import jax
-
-    steps, start = 0, time.perf_counter()
-    while steps == 0 or time.perf_counter() - start < MIN_SECONDS:
-        state = jax.block_until_ready(run(state, data, chunk))[0]
-        steps += chunk
-    return state, steps / (time.perf_counter() - start)
-
-
-def timed(run, state, data, chunk: int) -> tuple[float, float, object]:
-    """(compile seconds, steps per second, state) of ``run(state, data, chunk)``."""
-    import jax
-
-    start = time.perf_counter()
-    state = jax.block_until_ready(run(state, data, chunk))[0]
-    compile_seconds = time.perf_counter() - start
-    state, steps_per_s = rate(run, state, data, chunk)
-    return compile_seconds, steps_per_s, state
-
-
-COLD_PLANNED_STEPS = 1000
-"""The run a cold choice is made for: its budget is 15 s or a tenth of this many steps at the best speed."""
-
-
-def cold_choice(make, base) -> dict:
-    """What ``auto`` picks from an empty cache for this network (issue 40): the pair and the seconds choosing took
-    (building the network with backend and step loop "auto" for a :data:`COLD_PLANNED_STEPS`-step run, timing
-    its candidates as a user's first run does)."""
-    import os
-    import tempfile
-
-    from jaxcomm import speed
-
-    saved = {name: os.environ.get(name) for name in (speed.CACHE_ENV, speed.AUTOTUNE_ENV)}
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ[speed.CACHE_ENV], os.environ[speed.AUTOTUNE_ENV] = cache, "1"
-        try:
-            start = time.perf_counter()
-            net = make(base.replace(backend="auto", step_loop="auto", num_steps=COLD_PLANNED_STEPS))
-            seconds = time.perf_counter() - start
-        finally:
-            for name, value in saved.items():
-                os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-    return {"pair": [net.backend, net.step_loop], "seconds": seconds}
 
 
 def measure_row(row: Row) -> dict:
@@ -403,178 +298,6 @@ def measure_row(row: Row) -> dict:
     return result
 
 
-def measure_sweep(row: SweepRow, arm: str) -> dict:
-    """Wall clock from the call to the results of ``row``'s R runs: as one sweep, or one by one. A method's sweep
-    (``row.method``) reports its ledger's bytes as its counters."""
-    from jaxcomm import methods, network, sweep, zoo
-
-    model, dataset = model_and_data(row.workload)
-    configs = [network.NetworkConfig(num_nodes=row.num_nodes, num_steps=row.num_steps, eval_every=row.eval_every,
-                                     seed=seed) for seed in range(row.runs)]
-    start = time.perf_counter()
-    if row.method:
-        method = zoo.parse(row.method)
-        results = (methods.sweep(method, configs, model, dataset, progress=False) if arm == "sweep" else
-                   [methods.train(method, c, model, dataset, progress=False) for c in configs])
-    elif arm == "sweep":
-        results = sweep.train_networks(configs, model, dataset, progress=False)
-    else:
-        results = [network.train_network(c, model, dataset, progress=False) for c in configs]
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "mode": results[0].get("sweep", {}).get("mode"),
-            "counters": [r["final"]["bytes" if row.method else "counters"] for r in results],
-            "avg_accuracy": [r["final"]["avg_accuracy"] for r in results],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-
-
-def with_train_size(dataset, size: int):
-    """``dataset`` with its training split repeated up to ``size`` images if it holds fewer (uint8 kept)."""
-    import numpy as np
-
-    held = len(dataset.train.labels)
-    if held >= size:
-        return dataset
-    rows = np.resize(np.arange(held), size)  # 0..held-1, 0..held-1, ...: no float copy of the images
-    return dataset._replace(train=dataset.train._replace(images=dataset.train.images[rows],
-                                                         labels=dataset.train.labels[rows]))
-
-
-def peak_memory(memory_gib: float) -> dict:
-    """This process' peak memory so far and the budget it is held against, both in MB (MiB).
-
-    On an accelerator, the device's ``peak_bytes_in_use`` and ``bytes_limit`` (``memory: "device"``); on CPU, or
-    where the device keeps no such statistics, the process' peak RSS against ``memory_gib`` (``"host_rss"``).
-    """
-    import jax
-
-    device = jax.local_devices()[0]
-    stats = (device.memory_stats() or {}) if device.platform != "cpu" else {}
-    if "peak_bytes_in_use" in stats:
-        return {"peak_mb": stats["peak_bytes_in_use"] / 2**20, "memory": "device",
-                "budget_mb": stats.get("bytes_limit", memory_gib * 2**30) / 2**20}
-    return {"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "memory": "host_rss",
-            "budget_mb": memory_gib * 1024}
-
-
-def measure_scale(workload: str, num_nodes: int, num_steps: int, eval_every: int, *,
-                  memory_gib: float = 24.0) -> dict:
-    """Trains ``num_nodes`` nodes of ``workload`` (true labels over a ring, evaluated every ``eval_every`` steps)
-    in this process and returns ``num_nodes``, ``seconds`` (wall clock of ``train_network``, compilation and
-    evaluations included) and :func:`peak_memory`'s ``peak_mb``, ``memory`` and ``budget_mb``."""
-    from jaxcomm import network
-
-    model, dataset = model_and_data(workload)
-    config = network.NetworkConfig(num_nodes=num_nodes, num_steps=num_steps, eval_every=eval_every,
-                                   content="true_labels", seed=0)
-    # Every node must hold an example (jaxcomm.data.partition_iid): give each at least a minibatch's worth, so
-    # the MNIST sample's 4,000 digits (or the CNN's 12,800 images) do not cap N. The images held then grow by
-    # B per node above 4,000 / 32 = 125 student nodes (400 CNN nodes): 25 KB (96 KB) a node, part of its cost.
-    dataset = with_train_size(dataset, num_nodes * config.batch_size)
-    start = time.perf_counter()
-    network.train_network(config, model, dataset, progress=False)
-    return {"num_nodes": num_nodes, "seconds": time.perf_counter() - start, **peak_memory(memory_gib)}
-
-
-def predict_max_nodes(sizes, peaks_mb, budget_mb: float) -> tuple[float, float, int | None]:
-    """``(per_node_mb, intercept_mb, predicted)``: the least-squares line ``peak = intercept + per_node x N``
-    through the measured peaks (MB) and the largest N whose predicted peak fits in ``budget_mb`` (MB); None
-    when memory does not grow with N (nothing to extrapolate), 0 when not even the intercept fits."""
-    import math
-
-    import numpy as np
-
-    if len(sizes) < 2:
-        raise ValueError(f"a line needs peaks at two sizes or more, got sizes={tuple(sizes)}")
-    per_node, intercept = (float(v) for v in np.polyfit(np.asarray(sizes, float), np.asarray(peaks_mb, float), 1))
-    if per_node <= 0:
-        return per_node, intercept, None
-    # 1e-9: the float rounding of an exact fit (e.g. 99.99999999999 for 100) must not cost a node
-    return per_node, intercept, max(0, math.floor((budget_mb - intercept) / per_node + 1e-9))
-
-
-def _scale_child(row: ScaleRow, num_nodes: int, timeout: int, memory_gib: float) -> dict:
-    """:func:`measure_scale` in a fresh interpreter (so the peak is this N's own); ``{"error": ...}`` if the
-    child failed, timed out or was killed (e.g. by the kernel for memory: no stderr then, only the status)."""
-    args = {"workload": row.workload, "num_nodes": num_nodes, "num_steps": row.num_steps,
-            "eval_every": row.eval_every, "memory_gib": memory_gib}
-    proc = _child(["--measure-scale", json.dumps(args)], timeout)
-    if proc.returncode:
-        return {"error": proc.stderr[-1000:] or f"exit status {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def run_scale(selected: list[ScaleRow], timeout: int, memory_gib: float, *, confirm: bool = False,
-              results: dict | None = None) -> dict:
-    """Each scale row: every size in its own interpreter, the line through their peaks, the largest N predicted
-    to fit in the budget and, with ``confirm``, a run at 90 % of it (opt-in: it can take most of the memory); into
-    ``results`` as each row ends."""
-    results = {} if results is None else results
-    for row in selected:
-        results[row.name] = r = _scale_row(row, timeout, memory_gib, confirm)
-        if "error" in r:
-            print(f"{row.name}: FAILED\n{r['error'][-3000:]}", file=sys.stderr)
-            continue
-        done = r["confirmed"]
-        print(f"{row.name:>14}: {r['per_node_mb']:.3f} MB/node + {r['intercept_mb']:.0f} MB; largest N in "
-              f"{r['budget_mb'] / 1024:.1f} GiB ({r['memory']}): {r['predicted_max_nodes']}"
-              + ("" if done is None else f"; N = {done['num_nodes']} " + (
-                  f"trained, peak {done['peak_mb']:.0f} MB" if done["trained"] else "FAILED")), flush=True)
-    return results
-
-
-def _scale_row(row: ScaleRow, timeout: int, memory_gib: float, confirm: bool) -> dict:
-    runs = []
-    for n in row.sizes:
-        run = _scale_child(row, n, timeout, memory_gib)
-        if "error" in run:
-            return {"error": f"N = {n}: {run['error']}"}
-        runs.append(run)
-    peaks = [run["peak_mb"] for run in runs]
-    budget = min(run["budget_mb"] for run in runs)
-    per_node, intercept, predicted = predict_max_nodes(row.sizes, peaks, budget)
-    confirmed, n = None, int(0.9 * (predicted or 0))  # 90 %: a fit's largest N would sit at the budget's edge
-    if confirm and n >= 1:
-        run = _scale_child(row, n, timeout, memory_gib)
-        # a failed confirmation is a finding about the prediction, not a failed row: the fit still stands
-        confirmed = {"num_nodes": n, "trained": "error" not in run, "peak_mb": run.get("peak_mb"),
-                     "seconds": run.get("seconds")} | ({"error": run["error"]} if "error" in run else {})
-    return {"workload": row.workload, "sizes": list(row.sizes), "num_steps": row.num_steps,
-            "eval_every": row.eval_every, "peaks_mb": peaks, "seconds": [run["seconds"] for run in runs],
-            "per_node_mb": per_node, "intercept_mb": intercept, "budget_mb": budget, "memory": runs[-1]["memory"],
-            "predicted_max_nodes": predicted, "confirmed": confirmed}
-
-
-def run_sweeps(selected: list[SweepRow], timeout: int, results: dict | None = None) -> dict:
-    """Each arm of each sweep row in its own interpreter (nothing compiled is shared between arms); into
-    ``results`` as each row ends."""
-    results = {} if results is None else results
-    for row in selected:
-        arms = {}
-        for arm in ("one_by_one", "sweep"):
-            proc = _child(["--measure-sweep", json.dumps(dataclasses.asdict(row)), arm], timeout)
-            if proc.returncode:
-                print(f"{row.name} {arm}: FAILED\n{proc.stderr[-3000:]}", file=sys.stderr)
-                arms = {"error": f"{arm}: {proc.stderr[-1000:]}"}
-                break
-            arms[arm] = json.loads(proc.stdout.strip().splitlines()[-1])
-        if "error" in arms:
-            results[row.name] = arms
-            continue
-        one, together = arms["one_by_one"], arms["sweep"]
-        results[row.name] = {
-            **dataclasses.asdict(row), "mode": together["mode"], "sweep_s": together["seconds"],
-            "one_by_one_s": one["seconds"], "speedup": one["seconds"] / together["seconds"],
-            # Counters depend only on the draws: a sweep must reproduce them exactly.
-            "counters_equal": one["counters"] == together["counters"],
-            "max_accuracy_difference": max(abs(a - b) for a, b in
-                                           zip(one["avg_accuracy"], together["avg_accuracy"], strict=True)),
-            "sweep_peak_rss_mb": together["peak_rss_mb"], "one_by_one_peak_rss_mb": one["peak_rss_mb"]}
-        r = results[row.name]
-        print(f"{row.name:>16}: sweep ({r['mode']}) {r['sweep_s']:.1f} s, one by one {r['one_by_one_s']:.1f} s: "
-              f"{r['speedup']:.2f}x; counters equal: {r['counters_equal']}", flush=True)
-    return results
-
-
 def _inbox_share(state, row: Row, steps_per_s: float) -> float:
     """Seconds of the inbox's pop + push alone, as a fraction of a whole step's seconds."""
     import jax
@@ -604,22 +327,6 @@ def _xla_flops(step, state, data) -> float | None:
         return float(cost["flops"])
     except Exception:  # cost analysis is best effort and backend-specific
         return None
-
-
-def matmul_gflops(size: int = 2048) -> float:
-    """The machine's float32 matmul rate, GFLOP/s (best of a few runs)."""
-    import jax
-    import jax.numpy as jnp
-
-    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
-    matmul = jax.jit(lambda x: x @ x)
-    jax.block_until_ready(matmul(a))
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        jax.block_until_ready(matmul(a))
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
 
 
 def _child(args: list[str], timeout: int) -> subprocess.CompletedProcess:
@@ -668,205 +375,6 @@ def measure_peer(row: Row, timeout: int) -> dict:
     if proc.returncode:
         return {"error": proc.stderr.strip()[-500:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _cold_table(rows: dict) -> list[str]:
-    """auto's first choice per row (issue 40), for the rows that measured it (none before it)."""
-    measured = {name: r["cold_choice"] for name, r in rows.items() if "cold_choice" in r}
-    if not measured:
-        return []
-    lines = ["", f"A first run's choice (issue 40): `backend=\"auto\", step_loop=\"auto\"` from an empty cache, for a "
-             f"{COLD_PLANNED_STEPS:,}-step run (the row's first measurement: nothing of its model compiled yet); "
-             "`choosing s` = the seconds building the network took, timing its candidates included; `of fastest` = "
-             "the picked pair's node-steps/s over the fastest pair's, both timed alike in the row.", "",
-             "| row | auto picked | choosing s | node-steps/s | of fastest |", "|---|---|---|---|---|"]
-    for name, cold in measured.items():
-        lines.append(f"| {name} | {'/'.join(cold['pair'])} | {cold['seconds']:.1f} | "
-                     f"{cold.get('node_steps_per_s', 0):.1f} | {cold.get('of_fastest', 0):.2f}x |")
-    return lines
-
-
-def format_table(summary: dict) -> str:
-    from jaxcomm.harness import step_parts  # noqa: PLC0415 (starts no backend)
-
-    peak = summary["matmul_gflops"]
-    lines = [
-        f"Machine: {summary['device']}; float32 matmul {peak:.1f} GFLOP/s (2048^2, best of 5).",
-        f"Command: `{summary['command']}`; wall time {summary['wall_seconds']:.0f} s.",
-    ]
-    if summary.get("interrupted"):
-        lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
-    if summary["rows"]:
-        lines += _rows_table(summary["rows"]) + _cold_table(summary["rows"])
-        lines += step_parts.peer_table(summary["rows"]) + step_parts.parts_table(summary["rows"])
-    sweeps = summary.get("sweeps") or {}
-    if sweeps:
-        lines += _sweeps_table(sweeps)
-    if summary.get("sweeps_run"):  # the sweeps of another run, merged into this summary by --merge-sweeps
-        other = summary["sweeps_run"]
-        lines += ["", f"The sweeps were measured in a separate run, `{other['command']}` (commit "
-                  f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, float32 matmul "
-                  f"{other['matmul_gflops']:.1f} GFLOP/s that day); its own table: `{other['out_dir']}/table.md`."]
-    if summary.get("method_sweeps"):  # merged by --merge-method-sweeps
-        other = summary["method_sweeps_run"]
-        lines += ["", "Method sweeps (issue 37): 8 seeds of a method on 10 student-MLP nodes, 1,000 steps, as one "
-                  "`jaxcomm.methods.sweep` against 8 `jaxcomm.methods.train` calls, each arm in a fresh process; "
-                  f"measured in `{other['command']}` (commit `{other['git_commit']}`, wall time "
-                  f"{other['wall_seconds']:.0f} s, float32 matmul {other['matmul_gflops']:.1f} GFLOP/s that day).",
-                  *_sweeps_table(summary["method_sweeps"])[2:]]
-    if summary.get("scale"):
-        lines += _scale_table(summary["scale"])
-    if summary.get("scale_run"):  # merged by --merge-scale
-        other = summary["scale_run"]
-        lines += ["", f"The scale suite was measured in a separate run, `{other['command']}` (commit "
-                  f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, on {other['device']}); its own "
-                  f"table: `{other['out_dir']}/table.md`."]
-    return "\n".join(lines)
-
-
-def _rows_table(rows: dict) -> list[str]:
-    # runs before jaxcomm.flops took XLA's cost analysis of a node-step
-    counted = ("FLOPs of a node-step's matrix products and convolutions (counted from its jaxpr, "
-               "jaxcomm.flops)" if any(r.get("flops_counted") == "jaxpr" for r in rows.values())
-               else "XLA FLOPs of a node-step")
-    eager = ("eager",) if any("eager_node_steps_per_s" in r for r in rows.values()) else ()
-    # the batched-convolution backend, measured since issue 41 (an older table has no such column)
-    backends = (*BACKENDS, *(("patches",) if any("patches_node_steps_per_s" in r for r in rows.values()) else ()))
-    # runs before node states were held apart within a chunk (and timed in longer calls) have no eager_chunk
-    chunks = sorted({r["eager_chunk"] for r in rows.values() if "eager_chunk" in r})
-    rounds = max((len(r["rounds"]["loop"]) for r in rows.values() if "rounds" in r), default=0)
-    apart = (f", node states held apart within a chunk and stacked at its end; timed in calls of "
-             f"{'/'.join(map(str, chunks))} steps" if chunks else "")
-    lines = [
-        "",
-        "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
-        "each backend's better step loop, `lax.scan` over steps or one jitted call per step); `loop` is the "
-        "thesis' way (each node-step a separate call, nodes one after another)"
-        + ("; `eager` the engine's own per-node loop (backend `loop`, step loop `eager`: one compiled call per "
-           f"node inside the network step{apart}), a candidate of `auto`" if eager else "")
-        + ". `x loop` = best / loop" + (f" (both measured again in {rounds} interleaved rounds, the best of each)"
-                                         if rounds else "") + ". "
-        f"`% peak` = {counted} x best rate / matmul rate. `inbox share` = the inbox's pop + push "
-        "alone over a whole step (true labels over a ring); `with inbox` = the drop in node-steps/s when the "
-        "nodes exchange true labels (consumed minibatches included).",
-        "",
-        f"| row | loop |{' eager |' if eager else ''} {' | '.join(backends)} | best | x loop | images/s |"
-        " % peak | inbox share | with inbox | state MB/node | peak RSS MB |",
-        "|---|" + "---|" * (9 + len(backends) + len(eager)),
-    ]
-    fmt = lambda v: "-" if v is None else f"{v:.1f}"
-    for name, r in rows.items():
-        if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * (8 + len(backends) + len(eager)))
-            continue
-        loop = r.get("loop_node_steps_per_s")
-        ratio = r["best_node_steps_per_s"] / loop if loop else None
-        frac = r.get("fraction_of_matmul_peak")
-        share, drop = r.get("inbox_only_share_of_step"), r.get("inbox_share_of_step")
-        lines.append(
-            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in (*eager, *backends))
-            + f" | {r['best_backend']}/{r['best_step_loop']} | {'-' if ratio is None else f'{ratio:.2f}'} | "
-            + f"{r['images_per_s']:.0f} | "
-            + ("-" if frac is None else f"{100 * frac:.0f}%") + " | "
-            + ("-" if share is None else f"{100 * share:.2f}%") + " | "
-            + ("-" if drop is None else f"-{100 * drop:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
-            + f"{r['peak_rss_mb']:.0f} |")
-    return lines
-
-
-def _sweeps_table(sweeps: dict) -> list[str]:
-    lines = ["", "Sweeps: R networks of N nodes (seeds 0..R-1, true labels over a ring), wall clock from the "
-              "call to the results (compilation and evaluations included), as one `jaxcomm.sweep.train_networks` "
-              "against R `train_network` calls one by one, each arm in a fresh process. `counters equal`: the "
-              "sweep reproduced every run's message counters exactly. Rows named after a method (e.g. "
-              "`diloco_h50_...`) sweep that method (`jaxcomm.methods.sweep` against R `jaxcomm.methods.train` calls); "
-              "their counters are the byte ledger's records.", "",
-              "| sweep | runs x nodes | steps | mode | sweep s | one by one s | speed-up | counters equal |"
-              " max accuracy diff (pts) |", "|---|" + "---|" * 8]
-    for name, r in sweeps.items():
-        if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * 7)
-            continue
-        lines.append(f"| {name} | {r['runs']} x {r['num_nodes']} | {r['num_steps']} | {r['mode']} | "
-                     f"{r['sweep_s']:.1f} | {r['one_by_one_s']:.1f} | {r['speedup']:.2f}x | "
-                     f"{'yes' if r['counters_equal'] else 'NO'} | {r['max_accuracy_difference']:.2g} |")
-    return lines
-
-
-def _scale_table(scale: dict) -> list[str]:
-    lines = ["", "Scale: the largest population that trains in the memory budget. Each N trains a few steps (true "
-             "labels over a ring, evaluations on 1,000 test images included) in a fresh process; its peak is the "
-             "process' peak RSS on CPU (`host_rss`), the device's peak bytes in use on an accelerator (`device`). "
-             "The least-squares line through the peaks (intercept + MB per node x N) is extrapolated to the budget "
-             "(`--memory-gib` on CPU, the device's limit on an accelerator); `confirmed`: a run at 90 % of that N "
-             "(`--scale-confirm`), and its peak.", "",
-             "| scale | steps | N | peak MB at each N | MB per node | intercept MB | largest N in budget |"
-             " confirmed (N, peak MB) |", "|---|" + "---|" * 7]
-    for name, r in scale.items():
-        if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * 6)
-            continue
-        predicted = "-" if r["predicted_max_nodes"] is None else f"{r['predicted_max_nodes']:,}"
-        lines.append(f"| {name} | {r['num_steps']} | {' / '.join(f'{n:,}' for n in r['sizes'])} | "
-                     f"{' / '.join(f'{p:.0f}' for p in r['peaks_mb'])} | {r['per_node_mb']:.3f} | "
-                     f"{r['intercept_mb']:.0f} | {predicted} in {r['budget_mb'] / 1024:.1f} GiB ({r['memory']}) | "
-                     f"{_confirmed(r['confirmed'])} |")
-    return lines
-
-
-def _confirmed(confirmed: dict | None) -> str:
-    if confirmed is None:
-        return "not run"
-    if not confirmed["trained"]:
-        return f"{confirmed['num_nodes']:,}: FAILED"
-    return f"{confirmed['num_nodes']:,}: {confirmed['peak_mb']:.0f}"
-
-
-def merge_run(key: str, part_dir: str | pathlib.Path, into_dir: str | pathlib.Path,
-              fields: tuple[str, ...] = ("command", "git_commit", "wall_seconds", "device")) -> None:
-    """Puts ``summary[key]`` of the run in ``part_dir`` into the summary in ``into_dir``, with ``f"{key}_run"``
-    naming where it was measured (``fields`` of that run's summary and its folder), and redraws its table."""
-    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
-    path = pathlib.Path(into_dir) / "summary.json"
-    summary = json.loads(path.read_text())
-    summary[key] = part[key]
-    summary[f"{key}_run"] = {field: part[field] for field in fields} | {"out_dir": str(part_dir)}
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    write_report(into_dir)
-
-
-def merge_sweeps(sweeps_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
-    """:func:`merge_run` of ``"sweeps"`` (their rates depend on the day's machine: its matmul rate is named)."""
-    merge_run("sweeps", sweeps_dir, into_dir, ("command", "git_commit", "wall_seconds", "matmul_gflops", "device"))
-
-
-def merge_method_sweeps(part_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
-    """The sweeps of a run of method sweeps (``--only diloco_h50_student_r8_n10 ...``) put beside the network sweeps
-    of the summary in ``into_dir``, as ``method_sweeps``, and its table redrawn."""
-    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
-    path = pathlib.Path(into_dir) / "summary.json"
-    summary = json.loads(path.read_text())
-    summary["method_sweeps"] = part["sweeps"]
-    summary["method_sweeps_run"] = {field: part[field] for field in ("command", "git_commit", "wall_seconds",
-                                                                     "matmul_gflops", "device")} | {
-        "out_dir": str(part_dir)}
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    write_report(into_dir)
-
-
-def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
-    """:func:`merge_run` of ``"scale"``."""
-    merge_run("scale", scale_dir, into_dir)
-
-
-def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
-    """Writes table.md from the summary.json in ``out_dir``, the hand-written notes.md beside it kept (the benchmark
-    draws no plots)."""
-    from jaxcomm.harness import report  # noqa: PLC0415 (imports no JAX: the parent process never starts a backend)
-
-    summary = json.loads((pathlib.Path(out_dir) / "summary.json").read_text())
-    report.write_table(pathlib.Path(out_dir), "# Benchmark: node-steps per second by backend\n\n"
-                       + format_table(summary) + "\n")
 
 
 def main(argv=None) -> int:
@@ -945,8 +453,9 @@ def main(argv=None) -> int:
     with harness_cli.interrupts(signals):
         try:
             run_rows(selected, timeout, results)
-            run_sweeps(sweeps, timeout, sweep_results)
-            run_scale(scale, timeout, args.memory_gib, confirm=args.scale_confirm, results=scale_results)
+            run_sweeps(sweeps, timeout, sweep_results, child=_child)
+            run_scale(scale, timeout, args.memory_gib, child=_child, confirm=args.scale_confirm,
+                      results=scale_results)
         except KeyboardInterrupt:
             print("interrupted: writing the rows measured so far", file=sys.stderr, flush=True)
     not_run = [r.name for r in selected if r.name not in results] + [

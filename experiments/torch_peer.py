@@ -50,7 +50,7 @@ except ImportError:  # the peer column is optional (pyproject's "peer" extra)
 
 WORKLOADS = ("student", "cnn")
 IMAGE_SHAPES = {"student": (28, 28, 1), "cnn": (32, 32, 3)}  # [H, W, C], the Flax models' layout
-TRAIN_SIZES = {"student": 4000, "cnn": 12_800}  # the benchmark's training splits (experiments.benchmark.model_and_data)
+TRAIN_SIZES = {"student": 4000, "cnn": 12_800}  # the benchmark's training splits (jaxcomm.harness.bench.model_and_data)
 NUM_CLASSES = 10
 LEARNING_RATE = 1e-3
 MLP_WIDTHS = (784, 32, 32, NUM_CLASSES)

@@ -12,25 +12,27 @@ import time
 import pytest
 
 from experiments import benchmark
+from jaxcomm.harness import bench
+from jaxcomm.harness.reports import benchmark as benchmark_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_predict_max_nodes_fits_the_line_through_the_peaks_and_extrapolates_it_to_the_budget():
-    per_node, intercept, predicted = benchmark.predict_max_nodes((10, 20, 40), (110, 210, 410), 1010)
+    per_node, intercept, predicted = bench.predict_max_nodes((10, 20, 40), (110, 210, 410), 1010)
     assert per_node == pytest.approx(10) and intercept == pytest.approx(10)
     assert predicted == 100  # (1010 - 10) / 10: the fit's float rounding costs no node
     # least squares: noisy peaks around the same line give about the same prediction
-    assert benchmark.predict_max_nodes((10, 20, 40), (111, 209, 410), 1010)[2] in range(98, 103)
+    assert bench.predict_max_nodes((10, 20, 40), (111, 209, 410), 1010)[2] in range(98, 103)
     # memory that does not grow with N predicts nothing; a budget under the intercept fits no node
-    assert benchmark.predict_max_nodes((8, 32), (500, 500), 1000)[2] is None
-    assert benchmark.predict_max_nodes((10, 20), (110, 210), 5)[2] == 0
+    assert bench.predict_max_nodes((8, 32), (500, 500), 1000)[2] is None
+    assert bench.predict_max_nodes((10, 20), (110, 210), 5)[2] == 0
     with pytest.raises(ValueError, match="two sizes"):
-        benchmark.predict_max_nodes((10,), (110,), 1000)
+        bench.predict_max_nodes((10,), (110,), 1000)
 
 
 def test_measure_scale_trains_the_population_and_reports_its_peak():
-    result = benchmark.measure_scale("student", 4, 2, 1)
+    result = bench.measure_scale("student", 4, 2, 1)
     assert result["num_nodes"] == 4 and result["seconds"] > 0
     assert result["peak_mb"] > 0 and result["memory"] in ("host_rss", "device")
     if result["memory"] == "host_rss":
@@ -38,35 +40,39 @@ def test_measure_scale_trains_the_population_and_reports_its_peak():
 
 
 def test_with_train_size_repeats_the_training_split_to_hold_every_node():
-    _, dataset = benchmark.model_and_data("student")
+    _, dataset = bench.model_and_data("student")
     held = len(dataset.train.labels)
-    assert benchmark.with_train_size(dataset, held) is dataset
-    grown = benchmark.with_train_size(dataset, held + 10)
+    assert bench.with_train_size(dataset, held) is dataset
+    grown = bench.with_train_size(dataset, held + 10)
     assert grown.train.images.shape[0] == held + 10 and grown.train.images.dtype == dataset.train.images.dtype
     assert (grown.train.labels[held:] == dataset.train.labels[:10]).all() and grown.test is dataset.test
 
 
-def test_run_scale_confirms_at_90_percent_of_the_prediction_only_when_asked(monkeypatch):
+def test_run_scale_confirms_at_90_percent_of_the_prediction_only_when_asked():
     """Children stubbed by a line of 10 MB per node over 10 MB: the prediction, the confirmation, its failure."""
     asked = []
 
-    def child(row, num_nodes, timeout, memory_gib):
+    def child(args, timeout):  # the script's --measure-scale in a fresh interpreter
+        assert args[0] == "--measure-scale"
+        measure = json.loads(args[1])
+        num_nodes = measure["num_nodes"]
         asked.append(num_nodes)
         if num_nodes > 40 and fail:
-            return {"error": "exit status -9"}
-        return {"num_nodes": num_nodes, "seconds": 1.0, "peak_mb": 10.0 + 10 * num_nodes, "memory": "host_rss",
-                "budget_mb": memory_gib * 1024}
+            return subprocess.CompletedProcess(args, -9, "", "")  # killed for memory: only the status
+        return subprocess.CompletedProcess(args, 0, json.dumps({
+            "num_nodes": num_nodes, "seconds": 1.0, "peak_mb": 10.0 + 10 * num_nodes, "memory": "host_rss",
+            "budget_mb": measure["memory_gib"] * 1024}) + "\n", "")
 
-    monkeypatch.setattr(benchmark, "_scale_child", child)
-    row, fail = benchmark.ScaleRow("student", (10, 20, 40), 2, 1), False
-    r = benchmark.run_scale([row], 60, 1010 / 1024)["student_scale"]
+    row, fail = bench.ScaleRow("student", (10, 20, 40), 2, 1), False
+    r = bench.run_scale([row], 60, 1010 / 1024, child=child)["student_scale"]
     assert asked == [10, 20, 40] and r["predicted_max_nodes"] == 100 and r["confirmed"] is None
     assert r["per_node_mb"] == pytest.approx(10) and r["budget_mb"] == pytest.approx(1010)
-    r = benchmark.run_scale([row], 60, 1010 / 1024, confirm=True)["student_scale"]
+    r = bench.run_scale([row], 60, 1010 / 1024, child=child, confirm=True)["student_scale"]
     assert asked[-1] == 90 and r["confirmed"] == {"num_nodes": 90, "trained": True, "peak_mb": 910.0, "seconds": 1.0}
     fail = True  # a confirmation that dies is recorded, and the fitted row stands
-    r = benchmark.run_scale([row], 60, 1010 / 1024, confirm=True)["student_scale"]
-    assert r["confirmed"]["trained"] is False and r["predicted_max_nodes"] == 100 and "error" not in r
+    r = bench.run_scale([row], 60, 1010 / 1024, child=child, confirm=True)["student_scale"]
+    assert r["confirmed"]["trained"] is False and r["confirmed"]["error"] == "exit status -9"
+    assert r["predicted_max_nodes"] == 100 and "error" not in r
 
 
 def _scale_row(workload: str, confirmed: dict | None) -> dict:
@@ -81,7 +87,7 @@ def _summary(**extra) -> dict:
 
 
 def test_the_scale_table_shows_the_prediction_and_the_confirmation_or_that_it_was_not_run():
-    table = benchmark.format_table(_summary(scale={
+    table = benchmark_report.format_table(_summary(scale={
         "student_scale": _scale_row("student", {"num_nodes": 69_636, "trained": True, "peak_mb": 21_000.2,
                                                 "seconds": 50.0}),
         "cnn_scale": _scale_row("cnn", None),
@@ -91,7 +97,7 @@ def test_the_scale_table_shows_the_prediction_and_the_confirmation_or_that_it_wa
     assert "| cnn_scale | 4 | 256 / 1,024 | 500 / 740 | 0.312 | 420 | 77,374 in 24.0 GiB (host_rss) | not run |" \
            in table
     assert "| teacher_scale | failed |" in table
-    assert "Scale:" not in benchmark.format_table(_summary())  # runs without the suite draw no section
+    assert "Scale:" not in benchmark_report.format_table(_summary())  # runs without the suite draw no section
 
 
 def test_merge_scale_copies_the_suite_and_names_the_run_it_came_from(tmp_path):
@@ -99,7 +105,7 @@ def test_merge_scale_copies_the_suite_and_names_the_run_it_came_from(tmp_path):
     for folder, summary in ((part, _summary(scale={"cnn_scale": _scale_row("cnn", None)})), (into, _summary())):
         folder.mkdir()
         (folder / "summary.json").write_text(json.dumps(summary))
-    benchmark.merge_scale(part, into)
+    benchmark_report.merge_scale(part, into)
     merged = json.loads((into / "summary.json").read_text())
     assert merged["scale"] == {"cnn_scale": _scale_row("cnn", None)}
     assert merged["scale_run"] == {"command": "python experiments/benchmark.py --scale", "git_commit": "abc",
@@ -121,14 +127,14 @@ def test_the_benchmark_exits_non_zero_when_a_scale_row_fails(tmp_path):
 
 def test_a_row_measures_the_engines_per_node_loop_and_tables_it(monkeypatch):
     """The engine's eager per-node loop is measured beside the lifted backends and may be the row's best."""
-    monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(bench, "MIN_SECONDS", 0.05)
     row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("dispatch",), cold=False)
     result = benchmark.measure_row(row)
     assert result["eager_node_steps_per_s"] == result["loop_eager_node_steps_per_s"] > 0
     assert set(result["compile_seconds"]) == {"vmap_dispatch", "loop_eager"}
     best = max(("vmap_dispatch", "loop_eager"), key=lambda pair: result[f"{pair}_node_steps_per_s"])
     assert f"{result['best_backend']}_{result['best_step_loop']}" == best
-    table = benchmark.format_table(_summary(rows={"student_n2": result}))
+    table = benchmark_report.format_table(_summary(rows={"student_n2": result}))
     assert "| row | loop | eager | vmap |" in table
     assert f"| student_n2 | {result['loop_node_steps_per_s']:.1f} | {result['eager_node_steps_per_s']:.1f} | " in table
 
@@ -140,7 +146,7 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
 
     from jaxcomm.harness import step_parts
 
-    monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(bench, "MIN_SECONDS", 0.05)
     monkeypatch.setattr(step_parts, "MIN_SECONDS", 0.05)
     row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False, parts=True,
                         cold=False)
@@ -160,12 +166,12 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     result["peer"] = benchmark.measure_peer(row, timeout=60)
     assert result["peer"] == {"error": "not installed"}
-    table = benchmark.format_table(_summary(rows={"student_n2": result}))
+    table = benchmark_report.format_table(_summary(rows={"student_n2": result}))
     assert "| student_n2 | " + f"{result['best_node_steps_per_s']:.1f} | not installed |" in table
     assert "| student_n2 | Adam update | vmap | " in table
     plain = {k: v for k, v in result.items() if k not in ("parts", "peer")}
-    assert "Against PyTorch" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
-    assert "Parts of a step" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
+    assert "Against PyTorch" not in benchmark_report.format_table(_summary(rows={"student_n2": plain}))
+    assert "Parts of a step" not in benchmark_report.format_table(_summary(rows={"student_n2": plain}))
 
 
 def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkeypatch, tmp_path):
@@ -173,7 +179,7 @@ def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkey
     the fastest pair, timed alike; the user's cache is neither read nor written."""
     from jaxcomm import speed
 
-    monkeypatch.setattr(benchmark, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(bench, "MIN_SECONDS", 0.05)
     monkeypatch.setattr(speed, "MIN_BUDGET_S", 2.0)
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))  # the "user's" cache: must stay untouched
     row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False)
@@ -184,10 +190,10 @@ def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkey
     fastest = max(result[f"{pair}_node_steps_per_s"] for pair in result["compile_seconds"])
     assert cold["of_fastest"] == pytest.approx(cold["node_steps_per_s"] / fastest) and cold["of_fastest"] <= 1
     assert not (tmp_path / "choices.json").exists() and __import__("os").environ[speed.CACHE_ENV] == str(tmp_path)
-    table = benchmark.format_table(_summary(rows={"student_n2": result}))
+    table = benchmark_report.format_table(_summary(rows={"student_n2": result}))
     assert f"| student_n2 | {'/'.join(cold['pair'])} | {cold['seconds']:.1f} | " in table
     plain = {k: v for k, v in result.items() if k != "cold_choice"}
-    assert "A first run's choice" not in benchmark.format_table(_summary(rows={"student_n2": plain}))
+    assert "A first run's choice" not in benchmark_report.format_table(_summary(rows={"student_n2": plain}))
 
 
 def test_the_peer_is_tabled_against_jaxcomms_best():
@@ -255,8 +261,8 @@ def test_an_interrupted_benchmark_writes_what_it_measured_and_lists_the_rest(tmp
 
 
 def test_a_method_sweep_arm_reports_the_ledgers_bytes_and_equals_one_by_one():
-    row = benchmark.SweepRow("student", 2, 3, 6, 3, "diloco:2")
-    together, one = benchmark.measure_sweep(row, "sweep"), benchmark.measure_sweep(row, "one_by_one")
+    row = bench.SweepRow("student", 2, 3, 6, 3, "diloco:2")
+    together, one = bench.measure_sweep(row, "sweep"), bench.measure_sweep(row, "one_by_one")
     assert row.name == "diloco_h2_student_r2_n3" and together["mode"] == "population"
     assert together["counters"] == one["counters"] and together["counters"][0]["by_kind"]["parameters"] > 0
     assert together["avg_accuracy"] == pytest.approx(one["avg_accuracy"], abs=1e-6)

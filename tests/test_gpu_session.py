@@ -11,6 +11,7 @@ import sys
 import tarfile
 
 from experiments import outputs_exchange
+from jaxcomm.harness.reports import outputs_exchange as oe_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "gpu_session.sh"
@@ -42,7 +43,7 @@ def test_table21_in_two_calls_packs_each_half_and_unpacks_into_one_table(tmp_pat
         b.extractall(table / "more", filter="data")
     outputs_exchange.write_report(table, plots=False)
     markdown = (table / "table.md").read_text()
-    assert all(f"| {row} |" in markdown for row in outputs_exchange.ROWS)
+    assert all(f"| {row} |" in markdown for row in oe_report.ROWS)
     assert "Rows 10_nodes_features, 20_nodes_true_labels come from another run with the same settings" in markdown
 
 

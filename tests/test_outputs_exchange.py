@@ -15,6 +15,7 @@ from experiments import outputs_exchange as oe
 from jaxcomm import bandwidth, exchange, network, recipes
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
+from jaxcomm.harness.reports import outputs_exchange as oe_report
 from jaxcomm.models.cnn import StridedCNN
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def smoke(tmp_path_factory):
 def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     out, summary = smoke
     assert summary["experiment"] == "outputs_exchange" and summary["preset"] == "smoke"
-    assert set(summary["rows"]) == set(oe.ROWS)
+    assert set(summary["rows"]) == set(oe_report.ROWS)
     for name, row in summary["rows"].items():
         assert ROW_FIELDS <= set(row), name
         assert set(row["collective_accuracy_by_weighting"]) == {"entropy", "negentropy", "mean", "vote"}
@@ -54,8 +55,8 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
         assert row["steps_to_target_avg"] in [p["steps_to_target_avg"] for p in row["per_seed"]]
     curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines()]
     rows = [(c["run"], c["seed"]) for c in curves if c["kind"] == "row"]
-    assert rows == [(name, seed) for name in oe.ROWS for seed in (0, 1)]
-    assert {s["study"] for s in summary["studies"]} == set(oe.STUDIES) and summary["skipped_studies"] == []
+    assert rows == [(name, seed) for name in oe_report.ROWS for seed in (0, 1)]
+    assert {s["study"] for s in summary["studies"]} == set(oe_report.STUDIES) and summary["skipped_studies"] == []
     for path in ("table.md", "rows.png", "studies.png"):
         assert (out / path).is_file(), path
     table = (out / "table.md").read_text()
@@ -182,7 +183,7 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     # the same rows run again (to time them alone): set beside, neither merged nor listed as extra points
     row = {"avg_accuracy": 60.0, "collective_accuracy": 66.0, "seeds": [0, 1, 2]}
     write(tmp_path / "timing", {"studies": [], "rows": {"1_node_no_sharing": row}}, seed=0, num_seeds=3)
-    summary, _ = oe.merge_runs(tmp_path)
+    summary, _ = oe_report.merge_runs(tmp_path)
     # merged points sit in their study, the studies in the preset's order (a new study is not appended last)
     assert [s["label"] for s in summary["studies"]] == ["N=1", "N=10", "N=50", "tau=4", "p_c=0.5"]
     assert summary["skipped_studies"] == ["frequency p_b=2x (estimated 66 s, over the time budget)"]
@@ -190,7 +191,7 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     assert [pathlib.Path(o["out_dir"]).name for o in summary["other_runs"]] == ["augmented"]
     assert [pathlib.Path(r["out_dir"]).name for r in summary["reruns"]] == ["timing"]
     summary["rows"] = {"1_node_no_sharing": {"avg_accuracy": 59.94, "collective_accuracy": 66.2, "seeds": [0, 1, 2]}}
-    lines = oe.reruns_markdown(summary)
+    lines = oe_report.reruns_markdown(summary)
     assert lines[1] == "## The same settings run again (`timing/`)" and "seeds 0, 1, 2, as this run's" in lines[3]
     assert lines[-1] == "| 1_node_no_sharing | 59.9 / 60.0 | 66.2 / 66.0 | - / - | - / - |"
 
@@ -211,7 +212,7 @@ def test_report_merges_the_rows_a_run_split_over_calls_did_not_train(tmp_path):
     write(tmp_path, first)
     write(tmp_path / "more", second)
     write(tmp_path / "again", ["10_nodes_logits"])
-    summary, curves = oe.merge_runs(tmp_path)
+    summary, curves = oe_report.merge_runs(tmp_path)
     assert list(summary["rows"]) == ["1_node_no_sharing", "10_nodes_no_sharing", "10_nodes_logits",
                                      "20_nodes_true_labels"]
     assert sorted(c["run"] for c in curves) == sorted(first + second)
@@ -220,7 +221,7 @@ def test_report_merges_the_rows_a_run_split_over_calls_did_not_train(tmp_path):
     line = ("Rows 20_nodes_true_labels, 10_nodes_no_sharing come from another run with the same settings (`more/`): "
             "`c more` (2 s, commit `g`, on 1 x H100).")
     extra = summary["extra_runs"][0]
-    assert f"Rows {', '.join(extra['rows'])} come from {oe._another_run(extra)}." == line
+    assert f"Rows {', '.join(extra['rows'])} come from {oe_report._another_run(extra)}." == line
 
 
 def test_other_runs_table_sets_each_runs_rows_beside_this_ones_and_averages_seeds():
@@ -233,12 +234,12 @@ def test_other_runs_table_sets_each_runs_rows_beside_this_ones_and_averages_seed
     summary = run(60.0, 66.0, augment=False, seed=0)
     summary["other_runs"] = [run(51.2, 60.5, "augmented", augment=True, seed=0),
                              run(62.0, 67.0, "seed1", augment=False, seed=1)]
-    lines = oe.other_recipes_markdown(summary)
+    lines = oe_report.other_recipes_markdown(summary)
     # the thesis, this run, each subfolder run, and the mean over the runs that differ only in seed: (60 + 62) / 2
     assert "| 10_nodes_no_sharing | 71.1 / 72.9 | 60.0 / 66.0 | 51.2 / 60.5 | 62.0 / 67.0 | 61.0 / 66.5 (2) |" in lines
     assert any("`augmented/`: strided CNN, channels (16,), dense 8, norm batch, augmentation True; batch 32, "
                "Adam 0.001 (constant); 100 steps (differs in augment=True)" in line for line in lines)
-    assert oe.other_recipes_markdown(summary | {"other_runs": []}) == []
+    assert oe_report.other_recipes_markdown(summary | {"other_runs": []}) == []
 
 
 def test_other_runs_are_paired_with_this_run_seed_by_seed():
@@ -252,7 +253,7 @@ def test_other_runs_are_paired_with_this_run_seed_by_seed():
 
     summary = run([60.0, 61.0, 62.0], augment=False)
     summary["other_runs"] = [run([62.0, 64.0, 63.0], "augmented", augment=True)]
-    lines = oe.other_recipes_markdown(summary)
+    lines = oe_report.other_recipes_markdown(summary)
     # differences 2, 3, 1: mean 2, sd 1, half-width t(0.975, 2) x 1 / sqrt(3) = 4.303 / 1.732 = 2.48; t = 3.46,
     # p = 1 - t / sqrt(t^2 + 2) = 0.074 (2 degrees of freedom), Holm over the 2 tests 0.148
     assert any(line.startswith("## Other runs against this one, paired (seeds 0, 1, 2:") for line in lines)
@@ -261,7 +262,7 @@ def test_other_runs_are_paired_with_this_run_seed_by_seed():
             in lines)
     one_seed = run([62.0, 64.0, 63.0], "augmented", augment=True)
     one_seed["rows"]["10_nodes_no_sharing"]["seeds"] = [0]
-    assert not any("paired" in line for line in oe.other_recipes_markdown(summary | {"other_runs": [one_seed]}))
+    assert not any("paired" in line for line in oe_report.other_recipes_markdown(summary | {"other_runs": [one_seed]}))
 
 
 
@@ -272,7 +273,7 @@ def test_study_points_are_paired_with_their_studys_reference_point():
 
     studies = [point("neighbours", "p=1", [52.0, 54.0, 53.0]), point("neighbours", "p=9", [50.0, 51.0, 52.0]),
                point("temperature", "tau=4", [50.0, 50.0, 50.0], seeds=(0,)), point("temperature", "tau=1", [49.0])]
-    lines = oe.study_paired_markdown(studies)
+    lines = oe_report.study_paired_markdown(studies)
     # differences 2, 3, 1: mean 2, half-width t(0.975, 2) x sd 1 / sqrt(3) = 2.48, p 0.074, Holm (2 tests) 0.148;
     # one seed pairs nothing
     assert "| neighbours: p=1 vs p=9 | avg | +2.0 | [-0.5, +4.5] | 0.074 | 0.148 | no |" in lines
@@ -287,15 +288,15 @@ def test_every_study_point_is_paired_with_isolated_nodes_of_its_horizon():
 
     isolated = point("rows", "isolated", [50.0, 51.0, 52.0])
     studies = [point("neighbours", "p=1", [52.0, 54.0, 53.0]), point("neighbours", "p=9", [50.0, 51.0, 52.5])]
-    lines = oe.study_vs_isolated_markdown(studies, {oe.ISOLATED: isolated})
+    lines = oe_report.study_vs_isolated_markdown(studies, {oe_report.ISOLATED: isolated})
     # p=1: differences 2, 3, 1 (as above, p 0.0742); p=9: 0, 0, 0.5 (mean 0.17, sd 0.29, p 0.423); Holm over 4
     # tests: 4 x 0.0742 = 0.297 for both p=1 rows, 2 x 0.423 = 0.845 for both p=9 rows
     assert "| neighbours p=1 vs 10 isolated nodes | avg | +2.0 | [-0.5, +4.5] | 0.074 | 0.297 | no |" in lines
     assert "| neighbours p=9 vs 10 isolated nodes | avg | +0.2 | [-0.6, +0.9] | 0.423 | 0.845 | no |" in lines
     assert "5,000 steps each" in lines[1]
     # isolated nodes trained for another horizon pair nothing
-    assert oe.study_vs_isolated_markdown(studies, {oe.ISOLATED: isolated | {"steps": 1000}}) == []
-    assert oe.study_vs_isolated_markdown(studies, {}) == []
+    assert oe_report.study_vs_isolated_markdown(studies, {oe_report.ISOLATED: isolated | {"steps": 1000}}) == []
+    assert oe_report.study_vs_isolated_markdown(studies, {}) == []
 
 
 def test_strided_cnn_defaults_are_unchanged():
@@ -388,7 +389,7 @@ def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
     # The committed rows were trained by the cpu preset (their run picked the rows alone: SELECTION fields differ).
     committed = json.loads((ROOT / "results/outputs_exchange/summary.json").read_text())["config"]
     preset = json.loads(json.dumps(dataclasses.asdict(oe.cpu_config())))
-    assert results.changed_settings(committed, preset, selection=oe.SELECTION) == {}
+    assert results.changed_settings(committed, preset, selection=oe_report.SELECTION) == {}
     assert committed.keys() <= preset.keys()
 
 
@@ -416,7 +417,7 @@ def test_paired_comparisons_by_hand():
     rows = {"10_nodes_true_labels": row((50, 60), (52, 61), (51, 62)),
             "10_nodes_no_sharing": row((48, 55), (49, 57), (47, 56)),
             "10_nodes_logits": row((50, 56), (48, 57), (49, 58))}
-    lines = oe.paired_markdown(rows)
+    lines = oe_report.paired_markdown(rows)
     # avg differences 2, 3, 4: mean 3, sd 1, half-width t(0.975, 2) / sqrt(3) = 4.303 / 1.732 = 2.48, t = 5.20,
     # p = 1 - t / sqrt(t^2 + 2) = 0.035 (2 degrees of freedom); collective 5, 4, 6: t = 8.66, p = 0.013; logits -
     # isolated avg 2, -1, 2: mean 1, sd 1.73, t = 1, p = 0.423; true labels - logits collective 4, 4, 4: zero spread,
@@ -431,6 +432,6 @@ def test_paired_comparisons_by_hand():
     assert "| a vs b | avg | +11.0 | [+8.5, +13.5] | 0.003 | 0.003 | yes |" in alone
     assert any(line.startswith("## Paired comparisons (seeds 0, 1, 2") for line in lines)
     # one seed, or seeds that differ: nothing to pair
-    assert oe.paired_markdown({k: {"seeds": [0], "per_seed": v["per_seed"][:1]} for k, v in rows.items()}) == []
-    assert oe.paired_markdown(rows | {"10_nodes_no_sharing": rows["10_nodes_no_sharing"] | {"seeds": [3, 4, 5]}}
-                              )[-1].startswith("| true labels vs logits")
+    assert oe_report.paired_markdown({k: {"seeds": [0], "per_seed": v["per_seed"][:1]} for k, v in rows.items()}) == []
+    assert oe_report.paired_markdown(rows | {"10_nodes_no_sharing": rows["10_nodes_no_sharing"] | {"seeds": [3, 4, 5]}}
+                                     )[-1].startswith("| true labels vs logits")

@@ -1,5 +1,5 @@
-"""Numbers in generated prose come from the summary they describe: no interval is typed into an experiment's code,
-and the sentences that quote one change with the summary."""
+"""Numbers in generated prose come from the summary they describe: no interval is typed into an experiment's code
+or its report's, and the sentences that quote one change with the summary."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import json
 import pathlib
 import re
 
-from experiments import language
+from jaxcomm.harness.reports import language
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TYPED_INTERVAL = re.compile(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]")  # e.g. "+4.01 [+1.32, +6.69]"
 
 
 def test_no_experiment_types_an_interval_into_its_prose():
-    for path in sorted((ROOT / "experiments").glob("*.py")):
+    reports = ROOT / "jaxcomm" / "harness" / "reports"  # the experiments' tables and generated reading
+    for path in sorted([*(ROOT / "experiments").glob("*.py"), *reports.glob("*.py")]):
         hits = TYPED_INTERVAL.findall(path.read_text())
         assert not hits, f"{path.name} types {hits}: compute them from the summary"
 

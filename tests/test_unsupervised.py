@@ -14,6 +14,7 @@ import pytest
 
 from experiments import unsupervised_exchange as ue
 from jaxcomm import probe, unsupervised
+from jaxcomm.harness.reports import unsupervised_exchange as ue_report
 from jaxcomm.models.bigan import BiGAN, PairDiscriminator
 from jaxcomm.models.vae import VAE, ConvDecoder, depth_to_space
 
@@ -381,13 +382,13 @@ def smoke(tmp_path_factory):
 def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     out, summary, watches = smoke
     assert summary["experiment"] == "unsupervised_exchange" and summary["preset"] == "smoke"
-    assert list(summary["rows"]) == list(SMOKE_ROWS) and ue.smoke_config().rows == tuple(ue.ROWS)
+    assert list(summary["rows"]) == list(SMOKE_ROWS) and ue.smoke_config().rows == tuple(ue_report.ROWS)
     # A BiGAN's loss scores a game: only non-finite losses stop it; a VAE's past 100x its untrained loss too.
     assert watches == {"vae_1_node": 100.0, "vae_10_nodes_full_comm": 100.0,
                        "bigan_10_nodes_full_comm": None}
     stages = list(ue.smoke_config().probe_steps)
     for name, row in summary["rows"].items():
-        family, nodes, communicate = ue.ROWS[name]
+        family, nodes, communicate = ue_report.ROWS[name]
         assert {"avg_accuracy", "collective_accuracy", "best_steps", "avg_accuracy_sd"} <= set(row), name
         # two seeds, one sweep: the row is their mean, each seed's row kept
         assert row["seeds"] == [0, 1] and len(row["per_seed"]) == 2 and set(row["best_steps"]) <= set(stages)
@@ -407,7 +408,7 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     records = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines()]
     pictures = [r for r in records if r["kind"] == "pictures"]
     assert [r["run"] for r in pictures] == list(SMOKE_ROWS)
-    assert ue.decode_images(pictures[0]["samples"]).shape == (4, 28, 28, 1)
+    assert ue_report.decode_images(pictures[0]["samples"]).shape == (4, 28, 28, 1)
     for path in ("table.md", "probes.png", "objectives.png", "pictures.png"):
         assert (out / path).is_file(), path
     table = (out / "table.md").read_text()
@@ -415,7 +416,7 @@ def test_smoke_preset_runs_end_to_end_with_the_schema(smoke):
     # every seed's untrained encoders are probed: the control each row is paired with
     for name, row in summary["rows"].items():
         assert all(0 <= p["untrained_avg_accuracy"] <= 100 for p in row["per_seed"]), name
-        assert row["consumed_objective"] == ("replace" if ue.ROWS[name][2] else None), name
+        assert row["consumed_objective"] == ("replace" if ue_report.ROWS[name][2] else None), name
     assert "| VAE: exchanging (replace) vs untrained encoders | avg |" in table
 
 
@@ -430,7 +431,7 @@ def test_paired_comparisons_read_the_untrained_encoders_of_each_seed_as_the_cont
             "vae_10_nodes_no_comm": row(10, (38, 38, 38), (34, 35, 33)),
             "vae_10_nodes_full_comm": row(10, (40, 41, 42), (34, 35, 33)),
             "vae_10_nodes_full_comm_add": row(10, (39, 40, 38), (34, 35, 33))}
-    lines = ue.paired_markdown(rows)
+    lines = ue_report.paired_markdown(rows)
     # full - isolated: 2, 3, 4 -> mean 3, half-width t(0.975, 2) x 1 / sqrt(3) = 2.48, t = 5.20, p = 1 - t / sqrt(t^2
     # + 2) = 0.035 (2 degrees of freedom); Holm over the table's 12 tests (two have zero spread): 0.211, not read
     assert ("| VAE: exchanging features (replace) vs isolated nodes | avg | +3.0 | [+0.5, +5.5] | 0.035 | 0.211 | no |"
@@ -458,8 +459,8 @@ def test_report_tables_the_runs_in_variants_by_their_overrides(smoke, tmp_path):
     variants = table.split("## Variants")[1]
     for name, row in summary["rows"].items():  # one line per row of the variant, its probe stages listed
         assert f"| {name} |" in variants and f"{row['avg_accuracy']:.1f} ({row['best_step']:,})" in variants
-    assert ue.overrides_of("python e.py --preset cpu --out d rows=bigan_1_node probe_untrained=False num_steps=2400 "
-                           "disc_dropout=0.5") == "num_steps=2400 disc_dropout=0.5"
+    assert ue_report.overrides_of("python e.py --preset cpu --out d rows=bigan_1_node probe_untrained=False "
+                                  "num_steps=2400 disc_dropout=0.5") == "num_steps=2400 disc_dropout=0.5"
 
 
 def test_the_reported_stage_is_the_best_by_validation(smoke):
@@ -554,8 +555,8 @@ def test_experiment_config_holds_the_library_config():
     # The superseded one-seed run predates the discriminator's three options, all at their defaults (off) ever
     # since, seeds (the preset runs 3, each row one sweep) and the two 'add' rows.
     later = {"disc_learning_rate": 0.0, "disc_real_label": 1.0, "disc_spectral_norm": False, "num_seeds": 3}
-    assert cpu.pop("rows") == list(ue.ROWS) and set(ue.ROWS) - set(recorded.pop("rows")) == set(
-        ue.ROW_OBJECTIVES)
+    assert cpu.pop("rows") == list(ue_report.ROWS) and set(ue_report.ROWS) - set(recorded.pop("rows")) == set(
+        ue_report.ROW_OBJECTIVES)
     assert {k: cpu[k] for k in recorded} == recorded and {k: v for k, v in cpu.items() if k not in recorded} == later
     # Every variant's config is the config rebuilt from it: the same keys and values (and num_seeds, newer).
     for summary in sorted(committed.glob("variants/*/summary.json")):

@@ -9,4 +9,5 @@ training never pulls in flag parsing or plotting (``tests/test_harness.py`` chec
 - :mod:`jaxcomm.harness.report`: table cells, ``table.md``, plots that may fail.
 - :mod:`jaxcomm.harness.reports`: each experiment's tables, plots and generated reading.
 - :mod:`jaxcomm.harness.frontier`: the bandwidth frontier two experiments share.
+- :mod:`jaxcomm.harness.bench`: the benchmark's measurement machinery (rows, sweeps, scale).
 """

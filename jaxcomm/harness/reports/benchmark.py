@@ -1,0 +1,213 @@
+"""The benchmark's report (``experiments/benchmark.py``): ``table.md`` drawn from a run's ``summary.json``.
+
+:func:`format_table` draws the rows' node-steps per second by backend, auto's first choice, the parts of a step and
+PyTorch beside them (:mod:`jaxcomm.harness.step_parts`), the sweeps, the method sweeps and the scale suite; sections
+a summary lacks are left out, so older runs redraw as they were. :func:`write_report` writes it beside the
+hand-written ``notes.md``. The merges (:func:`merge_sweeps`, :func:`merge_method_sweeps`, :func:`merge_scale`) put
+a suite measured in a separate run into another run's summary, naming that run, and redraw its table. Nothing here
+imports JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from jaxcomm.harness import report, step_parts
+from jaxcomm.harness.bench import BACKENDS, COLD_PLANNED_STEPS
+
+
+def write_report(out_dir: str | pathlib.Path, *, plots: bool = True) -> None:
+    """Writes table.md from the summary.json in ``out_dir``, the hand-written notes.md beside it kept (the benchmark
+    draws no plots)."""
+    summary = json.loads((pathlib.Path(out_dir) / "summary.json").read_text())
+    report.write_table(pathlib.Path(out_dir), "# Benchmark: node-steps per second by backend\n\n"
+                       + format_table(summary) + "\n")
+
+
+def format_table(summary: dict) -> str:
+    """The tables of ``summary`` (a benchmark run's, merged runs' included), as markdown."""
+    peak = summary["matmul_gflops"]
+    lines = [
+        f"Machine: {summary['device']}; float32 matmul {peak:.1f} GFLOP/s (2048^2, best of 5).",
+        f"Command: `{summary['command']}`; wall time {summary['wall_seconds']:.0f} s.",
+    ]
+    if summary.get("interrupted"):
+        lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
+    if summary["rows"]:
+        lines += _rows_table(summary["rows"]) + _cold_table(summary["rows"])
+        lines += step_parts.peer_table(summary["rows"]) + step_parts.parts_table(summary["rows"])
+    sweeps = summary.get("sweeps") or {}
+    if sweeps:
+        lines += _sweeps_table(sweeps)
+    if summary.get("sweeps_run"):  # the sweeps of another run, merged into this summary by --merge-sweeps
+        other = summary["sweeps_run"]
+        lines += ["", f"The sweeps were measured in a separate run, `{other['command']}` (commit "
+                  f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, float32 matmul "
+                  f"{other['matmul_gflops']:.1f} GFLOP/s that day); its own table: `{other['out_dir']}/table.md`."]
+    if summary.get("method_sweeps"):  # merged by --merge-method-sweeps
+        other = summary["method_sweeps_run"]
+        lines += ["", "Method sweeps (issue 37): 8 seeds of a method on 10 student-MLP nodes, 1,000 steps, as one "
+                  "`jaxcomm.methods.sweep` against 8 `jaxcomm.methods.train` calls, each arm in a fresh process; "
+                  f"measured in `{other['command']}` (commit `{other['git_commit']}`, wall time "
+                  f"{other['wall_seconds']:.0f} s, float32 matmul {other['matmul_gflops']:.1f} GFLOP/s that day).",
+                  *_sweeps_table(summary["method_sweeps"])[2:]]
+    if summary.get("scale"):
+        lines += _scale_table(summary["scale"])
+    if summary.get("scale_run"):  # merged by --merge-scale
+        other = summary["scale_run"]
+        lines += ["", f"The scale suite was measured in a separate run, `{other['command']}` (commit "
+                  f"`{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, on {other['device']}); its own "
+                  f"table: `{other['out_dir']}/table.md`."]
+    return "\n".join(lines)
+
+
+def _rows_table(rows: dict) -> list[str]:
+    # runs before jaxcomm.flops took XLA's cost analysis of a node-step
+    counted = ("FLOPs of a node-step's matrix products and convolutions (counted from its jaxpr, "
+               "jaxcomm.flops)" if any(r.get("flops_counted") == "jaxpr" for r in rows.values())
+               else "XLA FLOPs of a node-step")
+    eager = ("eager",) if any("eager_node_steps_per_s" in r for r in rows.values()) else ()
+    # the batched-convolution backend, measured since issue 41 (an older table has no such column)
+    backends = (*BACKENDS, *(("patches",) if any("patches_node_steps_per_s" in r for r in rows.values()) else ()))
+    # runs before node states were held apart within a chunk (and timed in longer calls) have no eager_chunk
+    chunks = sorted({r["eager_chunk"] for r in rows.values() if "eager_chunk" in r})
+    rounds = max((len(r["rounds"]["loop"]) for r in rows.values() if "rounds" in r), default=0)
+    apart = (f", node states held apart within a chunk and stacked at its end; timed in calls of "
+             f"{'/'.join(map(str, chunks))} steps" if chunks else "")
+    lines = [
+        "",
+        "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
+        "each backend's better step loop, `lax.scan` over steps or one jitted call per step); `loop` is the "
+        "thesis' way (each node-step a separate call, nodes one after another)"
+        + ("; `eager` the engine's own per-node loop (backend `loop`, step loop `eager`: one compiled call per "
+           f"node inside the network step{apart}), a candidate of `auto`" if eager else "")
+        + ". `x loop` = best / loop" + (f" (both measured again in {rounds} interleaved rounds, the best of each)"
+                                         if rounds else "") + ". "
+        f"`% peak` = {counted} x best rate / matmul rate. `inbox share` = the inbox's pop + push "
+        "alone over a whole step (true labels over a ring); `with inbox` = the drop in node-steps/s when the "
+        "nodes exchange true labels (consumed minibatches included).",
+        "",
+        f"| row | loop |{' eager |' if eager else ''} {' | '.join(backends)} | best | x loop | images/s |"
+        " % peak | inbox share | with inbox | state MB/node | peak RSS MB |",
+        "|---|" + "---|" * (9 + len(backends) + len(eager)),
+    ]
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+    for name, r in rows.items():
+        if "error" in r:
+            lines.append(f"| {name} | failed |" + " |" * (8 + len(backends) + len(eager)))
+            continue
+        loop = r.get("loop_node_steps_per_s")
+        ratio = r["best_node_steps_per_s"] / loop if loop else None
+        frac = r.get("fraction_of_matmul_peak")
+        share, drop = r.get("inbox_only_share_of_step"), r.get("inbox_share_of_step")
+        lines.append(
+            f"| {name} | {fmt(loop)} | " + " | ".join(fmt(r.get(f"{b}_node_steps_per_s")) for b in (*eager, *backends))
+            + f" | {r['best_backend']}/{r['best_step_loop']} | {'-' if ratio is None else f'{ratio:.2f}'} | "
+            + f"{r['images_per_s']:.0f} | "
+            + ("-" if frac is None else f"{100 * frac:.0f}%") + " | "
+            + ("-" if share is None else f"{100 * share:.2f}%") + " | "
+            + ("-" if drop is None else f"-{100 * drop:.1f}%") + f" | {r['state_mb_per_node']:.2f} | "
+            + f"{r['peak_rss_mb']:.0f} |")
+    return lines
+
+
+def _cold_table(rows: dict) -> list[str]:
+    """auto's first choice per row (issue 40), for the rows that measured it (none before it)."""
+    measured = {name: r["cold_choice"] for name, r in rows.items() if "cold_choice" in r}
+    if not measured:
+        return []
+    lines = ["", f"A first run's choice (issue 40): `backend=\"auto\", step_loop=\"auto\"` from an empty cache, for a "
+             f"{COLD_PLANNED_STEPS:,}-step run (the row's first measurement: nothing of its model compiled yet); "
+             "`choosing s` = the seconds building the network took, timing its candidates included; `of fastest` = "
+             "the picked pair's node-steps/s over the fastest pair's, both timed alike in the row.", "",
+             "| row | auto picked | choosing s | node-steps/s | of fastest |", "|---|---|---|---|---|"]
+    for name, cold in measured.items():
+        lines.append(f"| {name} | {'/'.join(cold['pair'])} | {cold['seconds']:.1f} | "
+                     f"{cold.get('node_steps_per_s', 0):.1f} | {cold.get('of_fastest', 0):.2f}x |")
+    return lines
+
+
+def _sweeps_table(sweeps: dict) -> list[str]:
+    lines = ["", "Sweeps: R networks of N nodes (seeds 0..R-1, true labels over a ring), wall clock from the "
+              "call to the results (compilation and evaluations included), as one `jaxcomm.sweep.train_networks` "
+              "against R `train_network` calls one by one, each arm in a fresh process. `counters equal`: the "
+              "sweep reproduced every run's message counters exactly. Rows named after a method (e.g. "
+              "`diloco_h50_...`) sweep that method (`jaxcomm.methods.sweep` against R `jaxcomm.methods.train` calls); "
+              "their counters are the byte ledger's records.", "",
+              "| sweep | runs x nodes | steps | mode | sweep s | one by one s | speed-up | counters equal |"
+              " max accuracy diff (pts) |", "|---|" + "---|" * 8]
+    for name, r in sweeps.items():
+        if "error" in r:
+            lines.append(f"| {name} | failed |" + " |" * 7)
+            continue
+        lines.append(f"| {name} | {r['runs']} x {r['num_nodes']} | {r['num_steps']} | {r['mode']} | "
+                     f"{r['sweep_s']:.1f} | {r['one_by_one_s']:.1f} | {r['speedup']:.2f}x | "
+                     f"{'yes' if r['counters_equal'] else 'NO'} | {r['max_accuracy_difference']:.2g} |")
+    return lines
+
+
+def _scale_table(scale: dict) -> list[str]:
+    lines = ["", "Scale: the largest population that trains in the memory budget. Each N trains a few steps (true "
+             "labels over a ring, evaluations on 1,000 test images included) in a fresh process; its peak is the "
+             "process' peak RSS on CPU (`host_rss`), the device's peak bytes in use on an accelerator (`device`). "
+             "The least-squares line through the peaks (intercept + MB per node x N) is extrapolated to the budget "
+             "(`--memory-gib` on CPU, the device's limit on an accelerator); `confirmed`: a run at 90 % of that N "
+             "(`--scale-confirm`), and its peak.", "",
+             "| scale | steps | N | peak MB at each N | MB per node | intercept MB | largest N in budget |"
+             " confirmed (N, peak MB) |", "|---|" + "---|" * 7]
+    for name, r in scale.items():
+        if "error" in r:
+            lines.append(f"| {name} | failed |" + " |" * 6)
+            continue
+        predicted = "-" if r["predicted_max_nodes"] is None else f"{r['predicted_max_nodes']:,}"
+        lines.append(f"| {name} | {r['num_steps']} | {' / '.join(f'{n:,}' for n in r['sizes'])} | "
+                     f"{' / '.join(f'{p:.0f}' for p in r['peaks_mb'])} | {r['per_node_mb']:.3f} | "
+                     f"{r['intercept_mb']:.0f} | {predicted} in {r['budget_mb'] / 1024:.1f} GiB ({r['memory']}) | "
+                     f"{_confirmed(r['confirmed'])} |")
+    return lines
+
+
+def _confirmed(confirmed: dict | None) -> str:
+    if confirmed is None:
+        return "not run"
+    if not confirmed["trained"]:
+        return f"{confirmed['num_nodes']:,}: FAILED"
+    return f"{confirmed['num_nodes']:,}: {confirmed['peak_mb']:.0f}"
+
+
+def merge_run(key: str, part_dir: str | pathlib.Path, into_dir: str | pathlib.Path,
+              fields: tuple[str, ...] = ("command", "git_commit", "wall_seconds", "device")) -> None:
+    """Puts ``summary[key]`` of the run in ``part_dir`` into the summary in ``into_dir``, with ``f"{key}_run"``
+    naming where it was measured (``fields`` of that run's summary and its folder), and redraws its table."""
+    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
+    path = pathlib.Path(into_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary[key] = part[key]
+    summary[f"{key}_run"] = {field: part[field] for field in fields} | {"out_dir": str(part_dir)}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_report(into_dir)
+
+
+def merge_sweeps(sweeps_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """:func:`merge_run` of ``"sweeps"`` (their rates depend on the day's machine: its matmul rate is named)."""
+    merge_run("sweeps", sweeps_dir, into_dir, ("command", "git_commit", "wall_seconds", "matmul_gflops", "device"))
+
+
+def merge_method_sweeps(part_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """The sweeps of a run of method sweeps (``--only diloco_h50_student_r8_n10 ...``) put beside the network sweeps
+    of the summary in ``into_dir``, as ``method_sweeps``, and its table redrawn."""
+    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
+    path = pathlib.Path(into_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["method_sweeps"] = part["sweeps"]
+    summary["method_sweeps_run"] = {field: part[field] for field in ("command", "git_commit", "wall_seconds",
+                                                                     "matmul_gflops", "device")} | {
+        "out_dir": str(part_dir)}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_report(into_dir)
+
+
+def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """:func:`merge_run` of ``"scale"``."""
+    merge_run("scale", scale_dir, into_dir)
