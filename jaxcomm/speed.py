@@ -200,6 +200,7 @@ class Timer(NamedTuple):
 
     key: str
     seconds_per_step: Callable[[str, str], float]
+    num_nodes: int = 1  # N: an unrolled program compiles N copies of the step (:func:`measured_choice` predicts it)
 
 
 def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Sequence[jax.ShapeDtypeStruct], *,
@@ -285,7 +286,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
             dispatched[backend] = per_step
         return per_step
 
-    return Timer(key, seconds_per_step)
+    return Timer(key, seconds_per_step, num_nodes)
 
 
 def _read_cache() -> dict:
@@ -314,6 +315,17 @@ MIN_BUDGET_S = 15.0
 """Seconds a cold choice may spend timing, or a tenth of the run's planned training, whichever is more."""
 
 
+def predicted_cost(pair: tuple[str, str], spent: Mapping[tuple[str, str], float], num_nodes: int) -> float:
+    """Seconds timing ``pair`` is expected to take, from what the pairs timed so far took (``spent``): what its
+    backend's other step loop took, else the most any pair took (a slow step costs its compile and two steps), N
+    times over for "unrolled" (its program holds N copies of the step: a 64-node MLP or a 10-node CNN compiles
+    for tens of seconds). 0 before any pair."""
+    same = [s for p, s in spent.items() if p[0] == pair[0]]
+    if same:
+        return max(same)
+    return max(spent.values(), default=0.0) * (num_nodes if pair[0] == "unrolled" else 1)
+
+
 def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, order: Sequence[tuple[str, str]] = (),
                     planned_steps: int = 0, report: Callable[[str], None] | None = None) -> tuple[str, str] | None:
     """The fastest of ``candidates`` for ``timer``'s model, N and device (None if none can run).
@@ -323,9 +335,9 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
     are timed in ``order`` (the shipped table's ranking: the likely best first), the others after; a pair whose
     first timed call is
     :data:`SLOWER` times the best so far is not timed further, nor the scan of a backend whose dispatched step
-    is; timing stops once it has spent :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed,
-    whichever is more (the pairs left are timed by a later choice). ``report`` gets one line: what was picked
-    and how long choosing took.
+    is; no pair starts that would end past :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed,
+    whichever is more, by its :func:`predicted_cost` (the pairs left are timed by a later choice, or one planned
+    longer). ``report`` gets one line: what was picked and how long choosing took.
     """
     start = time.perf_counter()
     entry = _read_cache().get(timer.key, {})
@@ -338,18 +350,19 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
         for p in ((pair[0], "dispatch"), pair) if pair[1] == "scan" else (pair,):
             if p in candidates and p not in seconds and p not in failed and p not in missing:
                 missing.append(p)
-    timed, left = 0, []
+    timed, left, spent = 0, [], {}  # spent: wall seconds each pair timed here took (compiling it, mostly)
     for pair in missing:
         best = min((seconds[p] for p in candidates if p in seconds), default=np.inf)
         budget = max(MIN_BUDGET_S, 0.1 * planned_steps * best) if np.isfinite(best) else np.inf
-        if time.perf_counter() - start > budget:
-            left.append(pair)
-            continue
         dispatched = seconds.get((pair[0], "dispatch"))
         if pair[1] == "scan" and dispatched is not None and dispatched > SLOWER * best:
-            seconds[pair] = dispatched  # ruled out by its dispatched step: not compiled
+            seconds[pair] = dispatched  # ruled out by its dispatched step: not compiled, free
             ruled_out.add(pair)
             continue
+        if time.perf_counter() - start + predicted_cost(pair, spent, timer.num_nodes) > budget:
+            left.append(pair)
+            continue
+        began = time.perf_counter()
         try:
             seconds[pair] = timer.seconds_per_step(*pair, limit=SLOWER * best)
             timed += 1
@@ -357,6 +370,7 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
                 ruled_out.add(pair)
         except Exception:  # noqa: BLE001  (a backend this model or device cannot run is no candidate)
             failed.add(pair)
+        spent[pair] = time.perf_counter() - began
     if missing != left:
         _write_cache(timer.key, {"seconds_per_step": {f"{b}/{s}": t for (b, s), t in seconds.items()},
                                  "failed": [f"{b}/{s}" for b, s in sorted(failed)],

@@ -260,20 +260,46 @@ def test_a_cold_choice_times_the_likely_best_first_rules_out_slow_pairs_and_stop
     assert calls[0] == (first, np.inf)  # nothing to beat yet
     assert all(limit == pytest.approx(1.5 * 0.1) for _, limit in calls[1:])  # slower than 0.15 s: one call
     timed = [pair for pair, _ in calls]
-    assert len(timed) == 4  # 15 s of budget (a tenth of 100 steps at 0.1 s is 1 s): the 4th pair starts at 12 s
-    assert chosen == first and ("vmap", "scan") not in timed  # its dispatched step ruled the scan out uncompiled
+    # 15 s of budget (a tenth of 100 steps at 0.1 s is 1 s); each pair predicted to take the most one took (4 s):
+    # the pair after the 3rd would end at 16 s, so it does not start
+    assert timed == [first, ("unrolled", "dispatch"), ("vmap", "dispatch")]
+    assert chosen == first
     entry = json.loads((tmp_path / "choices.json").read_text())["a cnn"]
-    assert "vmap/scan" in entry["ruled_out"] and "vmap/dispatch" in entry["ruled_out"]
-    # the 4th pair timed is "patches" (unranked by the table, a candidate of conv models before "map"); then
-    # the budget is spent: its scan, the unrolled scan and the map pairs are left
+    # each scan ruled out by its dispatched step, uncompiled (free, so even past the budget)
+    assert set(entry["ruled_out"]) == {"unrolled/dispatch", "unrolled/scan", "vmap/dispatch", "vmap/scan"}
     conv_pairs = len(speed.candidates(8, family="conv"))
-    assert ("patches", "dispatch") in timed
-    assert lines == [f"{first[0]}/{first[1]} (4 of {conv_pairs} pairs timed, 4 ruled out, "
-                     f"{conv_pairs - 5} left for later, chosen in 16.0 s)"]
+    assert lines == [f"{first[0]}/{first[1]} (3 of {conv_pairs} pairs timed, 4 ruled out, "
+                     f"{conv_pairs - 5} left for later, chosen in 12.0 s)"]
     # the pairs left are timed by the next choice, the ones measured are not timed again
     calls.clear()
     speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds), platform="cpu", planned_steps=100)
     assert calls and not {pair for pair, _ in calls} & set(timed)
+
+
+def test_a_cold_choice_does_not_start_an_unrolled_population_it_cannot_afford(tmp_path, monkeypatch):
+    """An unrolled program holds N copies of the step: predicted N times the first pair's cost, it is left for a
+    later (or longer-planned) choice when that would overrun the budget, and timed when the budget allows."""
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    clock, calls = [0.0], []
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
+
+    def seconds(backend, step_loop, limit=np.inf):
+        calls.append((backend, step_loop))
+        clock[0] += 4.0
+        return 0.1 if (backend, step_loop) == ("loop", "eager") else 1.0
+
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path / "short"))
+    speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds, 8), platform="cpu", planned_steps=100)
+    assert calls[0] == ("loop", "eager") and not any(b == "unrolled" for b, _ in calls)  # 8 x 4 s > 15 s
+    assert len(calls) == 3  # loop/eager, vmap/dispatch, patches/dispatch: 12 s; a 4th would end at 16 s
+    assert speed.predicted_cost(("unrolled", "scan"), {("loop", "eager"): 4.0}, 8) == 32.0
+    assert speed.predicted_cost(("unrolled", "scan"), {("unrolled", "dispatch"): 9.0, ("loop", "eager"): 4.0}, 8) == 9.0
+    assert speed.predicted_cost(("vmap", "dispatch"), {}, 8) == 0.0
+    assert speed.predicted_cost(("map", "scan"), {("loop", "eager"): 4.0, ("vmap", "dispatch"): 20.0}, 8) == 20.0
+    calls.clear()
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path / "long"))  # a run planned 100x longer: 100 s of budget
+    speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds, 8), platform="cpu", planned_steps=10_000)
+    assert ("unrolled", "dispatch") in calls
 
 
 @pytest.mark.parametrize("backend,step_loop", [("unrolled", "dispatch"), ("unrolled", "scan"), ("vmap", "dispatch"),
