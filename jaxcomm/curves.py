@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import numbers
 import os
 import pathlib
 import re
@@ -29,6 +30,7 @@ import time
 from collections.abc import Iterator
 
 import jax
+import numpy as np
 
 _WRITERS: contextvars.ContextVar[_Writers | None] = contextvars.ContextVar("jaxcomm_curves", default=None)
 
@@ -71,8 +73,8 @@ def scalars(record: dict, prefix: str = "") -> dict[str, float]:
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             out |= scalars(value, name + "/")
-        elif isinstance(value, int | float) and not isinstance(value, bool) and name != "step" \
-                and math.isfinite(value):
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_) and name != "step" \
+                and math.isfinite(value):  # numpy scalars too
             out[name] = float(value)
     return out
 

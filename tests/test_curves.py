@@ -58,8 +58,8 @@ def test_crc32c_and_the_frame_layout_match_their_published_check_values():
 
 def test_scalars_flatten_numbers_and_leave_out_the_rest():
     record = {"step": 5, "loss": 1.5, "n": 2, "ok": True, "acc": {"vote": 3.0, "inf": float("inf")}, "xs": [1, 2],
-              "s": "a", "none": None}
-    assert curves.scalars(record) == {"loss": 1.5, "n": 2.0, "acc/vote": 3.0}
+              "s": "a", "none": None, "f32": np.float32(0.5), "i64": np.int64(7), "flag": np.bool_(True)}
+    assert curves.scalars(record) == {"loss": 1.5, "n": 2.0, "acc/vote": 3.0, "f32": 0.5, "i64": 7.0}
     assert curves.run_name("study_0_n10 logits run 1/2") == "study_0_n10_logits_run_1_2"
     assert curves.run_name(None) == "run"
 
