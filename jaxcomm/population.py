@@ -238,6 +238,21 @@ def restack(tree: PyTree) -> PyTree:
     return _stacked(tree.trees) if isinstance(tree, Unstacked) else tree
 
 
+RUNS_AXIS = "jaxcomm_runs"
+"""The vmap axis name of a sweep's runs (:func:`jaxcomm.sweep.population_step`)."""
+
+
+def _due_in_any_run(due: jax.Array | bool) -> jax.Array | bool:
+    """Inside a sweep's runs axis, whether any run is due (one value for the population, so a ``lax.cond`` on it
+    stays a branch: on a per-run value vmap would run both branches every step); ``due`` itself elsewhere."""
+    if not isinstance(due, jax.Array):
+        return due
+    try:
+        return jax.lax.pmax(due, RUNS_AXIS)
+    except NameError:  # not inside a sweep
+        return due
+
+
 def when_due(due: jax.Array | bool, fn: Callable[..., tuple], nodes: PyTree, *rest: PyTree) -> tuple:
     """``fn(nodes, *rest)`` where ``due``, else ``(nodes, *rest)`` as they are; ``fn`` returns a tuple of
     the same structure (a periodic whole-population operation: gossip averaging, a local-SGD round's end).
@@ -248,7 +263,14 @@ def when_due(due: jax.Array | bool, fn: Callable[..., tuple], nodes: PyTree, *re
     :class:`Unstacked` avoids.
     """
     if not isinstance(nodes, Unstacked):
-        return jax.lax.cond(due, fn, lambda *args: args, nodes, *rest)
+        anyone = _due_in_any_run(due)
+        if anyone is due:
+            return jax.lax.cond(due, fn, lambda *args: args, nodes, *rest)
+
+        def each_run(*args):  # in a sweep: where each run is due (runs may differ), on steps some run is
+            return jax.tree_util.tree_map(lambda new, old: jnp.where(due, new, old), fn(*args), args)
+
+        return jax.lax.cond(anyone, each_run, lambda *args: args, nodes, *rest)
     if not bool(due):
         return (nodes, *rest)
     new_nodes, *others = fn(restack(nodes), *rest)

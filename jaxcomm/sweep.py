@@ -133,8 +133,10 @@ def data_of_run(data, axes, r: int):
 @functools.lru_cache(maxsize=32)  # one per step and axes: the driver's compiled chunks are reused
 def population_step(step: Callable, axes) -> Callable:
     """``step(states, data) -> (states, infos)`` of R runs: ``step`` vmapped over the run axis of the states and of
-    ``data``'s leaves whose axis in ``axes`` is 0 (:func:`stack_runs`)."""
-    return jax.vmap(step, in_axes=(0, axes))
+    ``data``'s leaves whose axis in ``axes`` is 0 (:func:`stack_runs`), named :data:`jaxcomm.population.RUNS_AXIS`
+    (the runs step in lockstep: :func:`jaxcomm.population.when_due` runs a schedule's rounds only on the steps some
+    run is due)."""
+    return jax.vmap(step, in_axes=(0, axes), axis_name=population.RUNS_AXIS)
 
 
 def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequence, seeds: Sequence[int], *,
