@@ -258,7 +258,8 @@ def when_due(due: jax.Array | bool, fn: Callable[..., tuple], nodes: PyTree, *re
     the same structure (a periodic whole-population operation: gossip averaging, a local-SGD round's end).
 
     Stacked nodes (``[N, ...]``, ``due`` traced or not): a ``lax.cond``, so ``fn`` runs only on the steps it is
-    due. Nodes :class:`Unstacked` (the eager loop): ``due`` is read on the host and, only when true, the nodes
+    due; inside a sweep's runs axis (:data:`RUNS_AXIS`) on the steps some run is due, each run changed only where
+    it is. Nodes :class:`Unstacked` (the eager loop): ``due`` is read on the host and, only when true, the nodes
     are stacked for ``fn`` and set apart again; regrouping every step would cost the copies that
     :class:`Unstacked` avoids.
     """

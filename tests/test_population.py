@@ -148,6 +148,33 @@ def test_unstacked_nodes_round_trip_and_loop_updates_them_where_they_lie():
     assert population.state_and_aux((want_nodes, want_aux))[1] is want_aux  # a stacked pair as it is
 
 
+def test_in_a_sweep_a_round_runs_only_on_the_steps_some_run_is_due_and_only_for_the_runs_due():
+    """Vmapped over a sweep's runs (the named runs axis), a per-run ``due`` would make ``lax.cond`` run both
+    branches every step; the round runs on the steps some run is due, and changes only the runs that are."""
+    rounds = []
+
+    def double(nodes):
+        jax.debug.callback(lambda: rounds.append(1))  # once per executed round, whatever the runs
+        return (nodes * 2.0,)
+
+    def step(count, nodes):  # a run: a counter and its nodes; a round every 5 steps, offset per run
+        return count + 1, population.when_due((count + 1) % 5 == 0, double, nodes)[0]
+
+    runs = jax.jit(jax.vmap(step, axis_name=population.RUNS_AXIS))
+    counts, nodes = jnp.array([0, 0, 2]), jnp.ones((3, 2))
+    for _ in range(10):
+        counts, nodes = runs(counts, nodes)
+    jax.effects_barrier()
+    # runs 0 and 1 are due at steps 5 and 10, run 2 at steps 3 and 8: rounds executed on 4 steps, not 10
+    assert len(rounds) == 4
+    np.testing.assert_array_equal(nodes, [[4.0, 4.0]] * 3)  # each run doubled twice, on its own steps
+    alone = jax.jit(step)
+    count, node = jnp.int32(2), jnp.ones(2)
+    for _ in range(10):
+        count, node = alone(count, node)
+    np.testing.assert_array_equal(node, nodes[2])  # a run in the sweep equals the run alone
+
+
 def test_when_due_applies_a_population_operation_only_when_due_in_either_layout():
     stacked = {"w": jnp.arange(6.0).reshape(3, 2)}
     calls = []
