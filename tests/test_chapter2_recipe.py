@@ -14,6 +14,7 @@ import pytest
 
 from experiments import chapter2_recipe as c2r
 from jaxcomm import driver, network, recipes, sweep
+from jaxcomm.harness.reports.chapter2_recipe import format_value, table_markdown
 
 SMOKE = ["learning_rate=0.001 num_steps=10", "learning_rate=0.001 num_steps=20", "learning_rate=0.003 num_steps=10",
          "learning_rate=0.003 num_steps=20"]  # grid order: the last entry varies fastest
@@ -169,7 +170,7 @@ def test_smoke_run_chooses_by_the_rule_and_says_what_changed(smoke):
     assert summary["rule"] == c2r.RULE
     chosen, preset = rows[summary["chosen"]]["overrides"], dataclasses.asdict(recipes.smoke())
     assert summary["changes_from_preset"] == {f: [preset[f], v] for f, v in chosen.items() if preset[f] != v}
-    assert summary["chosen_overrides"] == [f"{f}={c2r.format_value(new)}"
+    assert summary["chosen_overrides"] == [f"{f}={format_value(new)}"
                                            for f, (_, new) in summary["changes_from_preset"].items()]
 
 
@@ -219,7 +220,7 @@ def test_a_diverging_candidate_is_recorded_as_stopped_and_left_out(smoke, monkey
                               "seed 1: diverged: loss above 100 (1e+09) at node 0 at step 7"]
     rows = {"stopped one": row} | smoke[1]["rows"]
     assert c2r.choose(rows) == c2r.choose(smoke[1]["rows"])
-    table = c2r.table_markdown(smoke[1] | {"rows": rows, "out_dir": "x"})
+    table = table_markdown(smoke[1] | {"rows": rows, "out_dir": "x"})
     last = [line for line in table.splitlines() if line.startswith("| `")][-1]  # sorted after every score
     assert last == "| `stopped one` | stopped | stopped | - | - | 7 | 0 |  |"
     assert "`stopped one` stopped: seed 0: diverged" in table

@@ -13,6 +13,7 @@ import pytest
 
 from experiments import teacher_selection as ts
 from jaxcomm import data, teacher
+from jaxcomm.harness.reports.teacher_selection import paired_markdown
 
 # --------------------------------------------------------------------------- config rules
 
@@ -148,8 +149,8 @@ def test_rows_are_paired_with_the_baseline_seed_by_seed():
     curves = [student("baseline", 0, 1000, 96.7), student("baseline", 1, 2000, 96.6),
               student("stack5_ce_soft", 0, 500, 96.8), student("stack5_ce_soft", 1, 500, 96.9)]
     curves[2]["val_accuracy"][-1] = 96.9  # seed 0 of the row reaches 96.8 at 2,000, seed 1 never
-    lines = ts.paired_markdown(curves)
+    lines = paired_markdown(curves)
     row = [line for line in lines if line.startswith("| stack 5, cross-entropy, soft labels")]
     assert row == ["| stack 5, cross-entropy, soft labels | 2 | +0.20 [-1.07, +1.47] no | 2.83 [0.03, 231.22] no | "
                    "n.r. | 1.21 [0.01, 99.09] no |"]
-    assert ts.paired_markdown(curves[:2]) == [] and ts.paired_markdown(curves[::2]) == []  # nothing to pair; 1 seed
+    assert paired_markdown(curves[:2]) == [] and paired_markdown(curves[::2]) == []  # nothing to pair; 1 seed
