@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from jaxcomm import bandwidth, data, decision, network, recipes, sweep
+from jaxcomm import bandwidth, data, decision, network, recipes, stats, sweep
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import results
@@ -235,13 +235,6 @@ def train(net: network.NetworkConfig, model, dataset, *, name: str, seeds: Seque
     return {"summary": summary, "curves": curves, "histories": [out["history"] for out in outs]}
 
 
-def _median_steps(steps: list[int | None]) -> int | None:
-    """The median of the seeds' steps to the target, not reaching it (None) counting as the slowest; the upper
-    of the two middle values for an even count."""
-    ordered = sorted(steps, key=lambda v: float("inf") if v is None else v)
-    return ordered[len(ordered) // 2]
-
-
 def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tuple[str, str, float, dict]]:
     """``(study, label, x, network kwargs)`` of every study point, studies in ``config.studies``' order.
 
@@ -290,7 +283,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
             per_seed["steps_to_target_collective"] = recipes.steps_to_target(
                 history, config.target, lambda h: h["collective_accuracy"]["negentropy"])
         rows[name] = {**out["summary"], "target": config.target,
-                      **{key: _median_steps([p[key] for p in out["summary"]["per_seed"]])
+                      **{key: stats.median_seed([p[key] for p in out["summary"]["per_seed"]])
                          for key in ("steps_to_target_avg", "steps_to_target_collective")}}
         curves += [{"kind": "row", **curve} for curve in out["curves"]]
     studies: list[dict] = []

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxcomm import clock, recipes
+from jaxcomm import clock, recipes, stats
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
 from jaxcomm.validation import require
@@ -84,12 +84,6 @@ def first_step(curve: dict, key: str, target: float) -> int | None:
     return next((step for step, value in zip(curve["steps"], values, strict=True) if value >= target), None)
 
 
-def median_seed(values: list[float | None]) -> float | None:
-    """The median seed's value, not reaching (None) counting as the slowest; the upper of two middles."""
-    ordered = sorted(values, key=lambda v: np.inf if v is None else v)
-    return ordered[len(ordered) // 2]
-
-
 def seconds_at(cluster: clock.Cluster, num_nodes: int, bytes_per_step: float, steps: int | None) -> float | None:
     """Virtual seconds after ``steps`` steps of N nodes each sending ``bytes_per_step`` a step asynchronously
     (:func:`jaxcomm.clock.seconds`); None for None."""
@@ -127,7 +121,7 @@ def run(config: Table22TimeConfig) -> dict:
             cluster = clock.Cluster(clock.Compute(step, source="measured" if not config.seconds_per_step else "given"),
                                     clock.LINKS[link_name])
             one = seconds_at(cluster, n, sent, 1)
-            links[link_name] = {"seconds": {split: seconds_at(cluster, n, sent, median_seed(per_seed))
+            links[link_name] = {"seconds": {split: seconds_at(cluster, n, sent, stats.median_seed(per_seed))
                                             for split, per_seed in steps.items()},
                                 "step_seconds": one, "held_back": one > step * (1 + 1e-9),
                                 "uplink_seconds": sent / clock.LINKS[link_name].bandwidth,

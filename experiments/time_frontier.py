@@ -117,11 +117,10 @@ def timed_row(row: dict, curves: list[dict], traffic: tuple, cluster: clock.Clus
                                  else None)["seconds"] for step in curve["steps"]]
         reached = [s for s, a in zip(seconds, curve["accuracy"], strict=True) if a >= target]
         timed.append({"seed": curve["seed"], "seconds": seconds, "to_target": reached[0] if reached else None})
-    ordered = sorted(timed, key=lambda t: np.inf if t["to_target"] is None else t["to_target"])
     return {"family": row["family"], "spec": row["spec"], "accuracy": row["accuracy"],
             "accuracy_sd": row["accuracy_sd"], "bytes_per_node_step": row["bytes_per_node_step"],
             "seconds": float(np.mean([t["seconds"][-1] for t in timed])),
-            "seconds_to_target": ordered[len(ordered) // 2]["to_target"],  # the median seed (upper of two)
+            "seconds_to_target": stats.median_seed([t["to_target"] for t in timed]),
             "reached": sum(t["to_target"] is not None for t in timed), "seeds": len(timed),
             "curves": [{"seed": t["seed"], "seconds": t["seconds"]} for t in timed]}
 

@@ -84,6 +84,13 @@ def p_value_from_ci95(mean: float, ci95: Sequence[float], num: int) -> float | N
     return float(2 * stats.t.sf(abs(mean) / se, num - 1))
 
 
+def median_seed(values: Sequence[float | None]) -> float | None:
+    """The median seed's value where a seed may not have one (None: a target not reached, counting as the slowest);
+    the upper of the two middle values for an even count."""
+    ordered = sorted(values, key=lambda v: float("inf") if v is None else v)
+    return ordered[len(ordered) // 2]
+
+
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjustment of a family of p-values (None entries are left out of the family and stay None).
 

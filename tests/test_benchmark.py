@@ -197,11 +197,9 @@ def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkey
 
 
 def test_the_peer_is_tabled_against_jaxcomms_best():
-    from jaxcomm.harness import step_parts
-
     r = {"best_node_steps_per_s": 300.0, "peer": {"torch": "2.13.0", "threads": 2, "best_recipe": "stacked_bmm",
                                                   "best_node_steps_per_s": 120.0}}
-    assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | 2.50x | 2.13.0, 2 |" in step_parts.peer_table(
+    assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | 2.50x | 2.13.0, 2 |" in benchmark_report.peer_table(
         {"student_n64": r})
 
 

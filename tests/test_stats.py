@@ -83,3 +83,10 @@ def test_tost_shows_equivalence_only_inside_the_margin():
     se = d.std(ddof=1) / np.sqrt(len(d))
     by_hand = max(scipy_stats.t.sf((d.mean() + 0.5) / se, 5), scipy_stats.t.cdf((d.mean() - 0.5) / se, 5))
     assert stats.tost_p_value(close, 0.5) == pytest.approx(by_hand)
+
+
+def test_median_seed_counts_a_missing_value_as_the_slowest_and_takes_the_upper_middle():
+    assert stats.median_seed([300, None, 200]) == 300
+    assert stats.median_seed([None, None, 100]) is None
+    assert stats.median_seed([4.0, 1.0, 3.0, 2.0]) == 3.0  # even count: the upper of the two middles
+    assert stats.median_seed([7]) == 7

@@ -27,8 +27,6 @@ MIN_SECONDS = 1.0  # timed per part, after compilation
 ROUNDS = 3  # best of, per part
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "asimd", "sve")
 ADAM_FLOATS_MOVED = 7  # per parameter: read params, grads, mu, nu; write params, mu, nu
-PART_NAMES = {"draw": "minibatch draw (uint8 gather, one-hot)", "forward_backward": "forward + backward",
-              "optimizer": "Adam update"}
 
 
 def machine() -> dict:
@@ -150,49 +148,3 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
             "params_per_node": num_params // num_nodes, "flops_per_node_step": node_flops,
             "parts": {name: {"seconds": s, "floor_seconds": f, "floor": kind} for name, (s, f, kind) in
                       measured.items()}}
-
-
-def peer_table(rows: dict) -> list[str]:
-    """jaxcomm's best against PyTorch's best recipe, the rows that measured it (none before issue 41)."""
-    measured = {name: r for name, r in rows.items() if "peer" in r}
-    if not measured:
-        return []
-    lines = ["", "Against PyTorch (issue 41): its best recipe for the same workload (`experiments/torch_peer.py`: "
-             "the same architecture, minibatch draw, loss and Adam, each recipe timed, the best kept), in its own "
-             "process right after the row's; `x PyTorch` = jaxcomm's best / PyTorch's best.", "",
-             "| row | jaxcomm best | PyTorch best | recipe | x PyTorch | torch, threads |", "|---|---|---|---|---|---|"]
-    for name, r in measured.items():
-        peer = r["peer"]
-        if "error" in peer:
-            lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['error']} | | | |")
-            continue
-        ratio = r["best_node_steps_per_s"] / peer["best_node_steps_per_s"]
-        lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['best_node_steps_per_s']:.1f} | "
-                     f"{peer['best_recipe']} | {ratio:.2f}x | {peer['torch']}, {peer['threads']} |")
-    return lines
-
-
-def parts_table(rows: dict) -> list[str]:
-    """Each part of a step against its floor, and PyTorch's same part where it was timed apart."""
-    measured = {name: r for name, r in rows.items() if "parts" in r}
-    if not measured:
-        return []
-    machine = next(iter(measured.values()))["parts"]["machine"]
-    lines = ["", f"Parts of a step (issue 41; `jaxcomm/harness/step_parts.py`), ms per step of the whole population, "
-             f"each part jitted alone under the row's best backend; floor: FLOPs at the matmul rate, or bytes moved "
-             f"at the memory bandwidth; `of floor` = floor / time. Machine: {machine['cpu']}, {machine['cores']} "
-             f"cores, {' '.join(machine['vector_extensions']) or 'no vector extensions listed'}; per row below, the "
-             f"rates its floors use.", "",
-             "| row | part | backend | jaxcomm ms | floor ms | floor | of floor | PyTorch ms |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, r in measured.items():
-        lines.append(f"| {name} | (float32 matmul {r['parts']['matmul_gflops']:.1f} GFLOP/s, memory "
-                     f"{r['parts']['bandwidth_gbs']:.1f} GB/s) | | | | | | |")
-        peer_parts = r.get("peer", {}).get("parts", {})
-        for part, p in r["parts"]["parts"].items():
-            theirs = peer_parts.get(part)
-            lines.append(f"| {name} | {PART_NAMES.get(part, part)} | {r['parts']['backend']} | "
-                         f"{p['seconds'] * 1e3:.2f} | {p['floor_seconds'] * 1e3:.2f} | {p['floor']} | "
-                         f"{p['floor_seconds'] / p['seconds']:.0%} | "
-                         f"{'-' if theirs is None else f'{theirs * 1e3:.2f}'} |")
-    return lines

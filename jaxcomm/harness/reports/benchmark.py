@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from jaxcomm.harness import report, step_parts
+from jaxcomm.harness import report
 from jaxcomm.harness.bench import BACKENDS, COLD_PLANNED_STEPS
 
 
@@ -36,7 +36,7 @@ def format_table(summary: dict) -> str:
         lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
     if summary["rows"]:
         lines += _rows_table(summary["rows"]) + _cold_table(summary["rows"])
-        lines += step_parts.peer_table(summary["rows"]) + step_parts.parts_table(summary["rows"])
+        lines += peer_table(summary["rows"]) + parts_table(summary["rows"])
     sweeps = summary.get("sweeps") or {}
     if sweeps:
         lines += _sweeps_table(sweeps)
@@ -211,3 +211,53 @@ def merge_method_sweeps(part_dir: str | pathlib.Path, into_dir: str | pathlib.Pa
 def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
     """:func:`merge_run` of ``"scale"``."""
     merge_run("scale", scale_dir, into_dir)
+
+
+PART_NAMES = {"draw": "minibatch draw (uint8 gather, one-hot)", "forward_backward": "forward + backward",
+              "optimizer": "Adam update"}
+
+
+def peer_table(rows: dict) -> list[str]:
+    """jaxcomm's best against PyTorch's best recipe, the rows that measured it (none before issue 41)."""
+    measured = {name: r for name, r in rows.items() if "peer" in r}
+    if not measured:
+        return []
+    lines = ["", "Against PyTorch (issue 41): its best recipe for the same workload (`experiments/torch_peer.py`: "
+             "the same architecture, minibatch draw, loss and Adam, each recipe timed, the best kept), in its own "
+             "process right after the row's; `x PyTorch` = jaxcomm's best / PyTorch's best.", "",
+             "| row | jaxcomm best | PyTorch best | recipe | x PyTorch | torch, threads |", "|---|---|---|---|---|---|"]
+    for name, r in measured.items():
+        peer = r["peer"]
+        if "error" in peer:
+            lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['error']} | | | |")
+            continue
+        ratio = r["best_node_steps_per_s"] / peer["best_node_steps_per_s"]
+        lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['best_node_steps_per_s']:.1f} | "
+                     f"{peer['best_recipe']} | {ratio:.2f}x | {peer['torch']}, {peer['threads']} |")
+    return lines
+
+
+def parts_table(rows: dict) -> list[str]:
+    """Each part of a step against its floor, and PyTorch's same part where it was timed apart."""
+    measured = {name: r for name, r in rows.items() if "parts" in r}
+    if not measured:
+        return []
+    machine = next(iter(measured.values()))["parts"]["machine"]
+    lines = ["", f"Parts of a step (issue 41; `jaxcomm/harness/step_parts.py`), ms per step of the whole population, "
+             f"each part jitted alone under the row's best backend; floor: FLOPs at the matmul rate, or bytes moved "
+             f"at the memory bandwidth; `of floor` = floor / time. Machine: {machine['cpu']}, {machine['cores']} "
+             f"cores, {' '.join(machine['vector_extensions']) or 'no vector extensions listed'}; per row below, the "
+             f"rates its floors use.", "",
+             "| row | part | backend | jaxcomm ms | floor ms | floor | of floor | PyTorch ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in measured.items():
+        lines.append(f"| {name} | (float32 matmul {r['parts']['matmul_gflops']:.1f} GFLOP/s, memory "
+                     f"{r['parts']['bandwidth_gbs']:.1f} GB/s) | | | | | | |")
+        peer_parts = r.get("peer", {}).get("parts", {})
+        for part, p in r["parts"]["parts"].items():
+            theirs = peer_parts.get(part)
+            lines.append(f"| {name} | {PART_NAMES.get(part, part)} | {r['parts']['backend']} | "
+                         f"{p['seconds'] * 1e3:.2f} | {p['floor_seconds'] * 1e3:.2f} | {p['floor']} | "
+                         f"{p['floor_seconds'] / p['seconds']:.0%} | "
+                         f"{'-' if theirs is None else f'{theirs * 1e3:.2f}'} |")
+    return lines
