@@ -29,10 +29,11 @@ got a pair 9.3x slower than the best. So "auto" measures where it runs: on first
 use of a model (its one-node step's jaxpr), N and device, :func:`choose` times
 every candidate (backend, step loop) pair for a few steps of the lifted node step
 (:func:`step_timer`) and caches the fastest in a user cache file
-(:func:`cache_file`, per Python environment, outside the installed package). ``JAXCOMM_AUTOTUNE=0`` asks
-it not to measure: then it reads the ranking ``experiments/benchmark.py
---write-choices`` recorded per family and N in ``jaxcomm/assets/backends.json``,
-or the rule of thumb. A model's family is read from what its step computes
+(:func:`cache_file`, per Python environment, outside the installed package), within a budget of seconds
+(:func:`measured_choice`): the benchmark's table, ``jaxcomm/assets/backends.json`` (written by
+``experiments/benchmark.py --write-choices``, per family and N), orders the candidates and rules out untimed
+those it ran far slower than a pair timed here. ``JAXCOMM_AUTOTUNE=0`` asks it not to measure: then the table's
+ranking decides, or the rule of thumb. A model's family is read from what its step computes
 (:func:`family_of`): "conv" (any convolution), "wide_mlp" (a dense layer of >= 512
 outputs) or "mlp".
 """
@@ -212,8 +213,9 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
       init: ``init(key) -> state`` of one node.
       num_nodes: N.
       node_args: shapes and dtypes of one node's other arguments (keys as raw ``uint32 [2]``).
-      steps: steps per timed call (one call compiles first; the best of two timed calls counts); fast steps are
-        timed again in calls of about :data:`MIN_TIMED_SECONDS` (at most :data:`MAX_TIMED_STEPS` steps).
+      steps: steps per timed call of a scan not sized by its dispatched step (each pair is compiled ahead, its
+        first call timed, a second where it could change the choice); fast steps are timed again in calls of about
+        :data:`MIN_TIMED_SECONDS` (at most :data:`MAX_TIMED_STEPS` steps).
     """
     state_shape = jax.eval_shape(init, jax.random.PRNGKey(0))
     # the model's structure: every operation and its output shapes, not its constants (a learning rate)
@@ -231,14 +233,12 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         lifted = population.lift(train, backend=backend)
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: population.state_and_aux(lifted(nodes, *args))[0]  # noqa: E731
-        # one compile serves dispatched runs of every length; "eager" calls the "loop" lift's per-node program
-        # donated, as the driver runs every step and chunk (the pair timed is the pair trained)
-        call = step if step_loop == "eager" else jax.jit(step, donate_argnums=0)
-
-        def runner(length: int):
+        # donated, as the driver runs every step and chunk (the pair timed is the pair trained); compiled ahead of
+        # the first call, which is then timed: a slow pair costs its compile and one step
+        def runner(length: int, nodes):
             if step_loop == "scan":
                 return jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
-                                                          length=length)[0], donate_argnums=0)
+                                                          length=length)[0], donate_argnums=0).lower(nodes).compile()
 
             def run(nodes):
                 for _ in range(length):
@@ -253,7 +253,9 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
                 start = time.perf_counter()
                 nodes = jax.block_until_ready(run(nodes))
                 best = min(best, time.perf_counter() - start)
-                if best / length > limit:  # clearly slower than the best so far: no second call
+                # a second call only where it could change the choice: a short call is noisy, and a long one
+                # near the best so far (within SLOWER either way) may yet beat it or lose to it
+                if best >= MIN_TIMED_SECONDS and not limit / SLOWER**2 < best / length <= limit:
                     break
             return best / length, nodes
 
@@ -261,32 +263,42 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         # as little as in training (where a scan runs a whole chunk). A scan's length is set from the same
         # backend's dispatched step when that was timed first (:func:`measured_choice` times those first): a scan
         # of another length would compile again.
-        def fits(seconds: float) -> int:  # steps of a call of about MIN_TIMED_SECONDS
-            return min(MAX_TIMED_STEPS, max(steps, int(np.ceil(MIN_TIMED_SECONDS / max(seconds, 1e-9)))))
+        def fits(seconds: float) -> int:  # steps of a call of about MIN_TIMED_SECONDS; a scan of one step, XLA
+            # may compile as straight-line code (no loop), so 2 at least
+            return min(MAX_TIMED_STEPS, max(2, int(np.ceil(MIN_TIMED_SECONDS / max(seconds, 1e-9)))))
 
         known = dispatched.get(backend)
-        # a dispatched or eager run compiles on its first call whatever its length: that call and the first timed
-        # one take a single step, so a slow pair costs its compile and two steps (one if ruled out)
         length = (fits(known) if known is not None else steps) if step_loop == "scan" else 1
-        nodes = population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend)
-        nodes = driver.own_buffers(nodes)  # buffers of its own, donated as the driver donates them
+        nodes = _timing_population(init, state_shape, num_nodes, backend)
         if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
-            nodes = population.unstack(nodes)
-        run = runner(length)
-        nodes = jax.block_until_ready(run(nodes))  # compiles
+            nodes, call = population.unstack(nodes), step
+            # compiles the "loop" lift's per-node program on one node's state (one node-step, not N)
+            jax.block_until_ready(step(population.unstack(_timing_population(init, state_shape, 1, backend))))
+        elif step_loop == "dispatch":  # one compile serves dispatched runs of every length
+            call = jax.jit(step, donate_argnums=0).lower(nodes).compile()
+        run = runner(length, nodes)
         per_step, nodes = timed(run, nodes, length)
         fast = per_step < min(MIN_TIMED_SECONDS, limit)  # slow steps are timed well enough by one-step calls
         if fast and fits(per_step) > length and (step_loop != "scan" or known is None):
             length = fits(per_step)
-            run = runner(length)  # a dispatched run, too, must take the steps its time is divided by
-            if step_loop == "scan":
-                nodes = jax.block_until_ready(run(nodes))  # compiles
+            run = runner(length, nodes)  # a dispatched run, too, must take the steps its time is divided by
             per_step, nodes = timed(run, nodes, length)
         if step_loop == "dispatch":
             dispatched[backend] = per_step
         return per_step
 
     return Timer(key, seconds_per_step, num_nodes)
+
+
+def _timing_population(init: Callable, state_shape: Any, num_nodes: int, backend: str) -> Any:
+    """N nodes' state to time steps on: zeros of ``init``'s shapes, in buffers of their own (donated as the driver
+    donates them). A step's speed does not depend on its parameters' values, and a real init costs its compile
+    (a 64-node student's vmapped truncated normals: ~5 s on 2 cores) that the run pays anyway, after the choice.
+    A state holding typed PRNG keys, or laid over devices ("sharded"), is initialised for real."""
+    if backend == "sharded" or any(jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended)
+                                   for leaf in jax.tree.leaves(state_shape)):
+        return driver.own_buffers(population.init_population(init, jax.random.PRNGKey(0), num_nodes, backend=backend))
+    return jax.tree.map(lambda leaf: jnp.zeros((num_nodes, *leaf.shape), leaf.dtype), state_shape)
 
 
 def _read_cache() -> dict:
@@ -311,53 +323,69 @@ def _write_cache(key: str, entry: dict) -> None:
 SLOWER = 1.5
 """A candidate whose first timed call is this many times the best so far is ruled out (timed no further), and the
 scan of a backend whose dispatched step is (the scan saves only the dispatch)."""
+SHIPPED_SLOWER = 2.0
+"""A candidate the shipped benchmark predicts this many times slower than the best pair timed so far
+(:func:`shipped_estimate`) is ruled out untimed: machines differ by less than that in how pairs rank (a vmapped
+CNN's grouped convolutions, 5x slower than the per-node loop in the table, took 27 s to rule out by timing)."""
 MIN_BUDGET_S = 15.0
 """Seconds a cold choice may spend timing, or a tenth of the run's planned training, whichever is more."""
 
 
 def predicted_cost(pair: tuple[str, str], spent: Mapping[tuple[str, str], float], num_nodes: int) -> float:
-    """Seconds timing ``pair`` is expected to take, from what the pairs timed so far took (``spent``): what its
-    backend's other step loop took, else the most any pair took (a slow step costs its compile and two steps), N
-    times over for "unrolled" (its program holds N copies of the step: a 64-node MLP or a 10-node CNN compiles
-    for tens of seconds). 0 before any pair."""
+    """Seconds timing ``pair`` is expected to take, from what the pairs timed so far took (``spent``, this choice's
+    and earlier ones'): what its backend's other step loop took, else the most any pair took (a slow step costs its
+    compile and a step), N times over for "unrolled" (its program holds N copies of the step: a 64-node MLP or a
+    10-node CNN compiles for tens of seconds). 0 before any pair."""
     same = [s for p, s in spent.items() if p[0] == pair[0]]
     if same:
         return max(same)
     return max(spent.values(), default=0.0) * (num_nodes if pair[0] == "unrolled" else 1)
 
 
+def _pairs(names: Sequence[str]) -> set[tuple[str, str]]:
+    return {tuple(name.split("/")) for name in names}
+
+
 def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, order: Sequence[tuple[str, str]] = (),
-                    planned_steps: int = 0, report: Callable[[str], None] | None = None) -> tuple[str, str] | None:
+                    shipped: Sequence[Mapping[tuple[str, str], float]] = (), planned_steps: int = 0,
+                    report: Callable[[str], None] | None = None) -> tuple[str, str] | None:
     """The fastest of ``candidates`` for ``timer``'s model, N and device (None if none can run).
 
     Every pair is timed once per model, N and device and its seconds per step cached (a pair that fails is
     remembered as failed, one ruled out as such): a later choice times only the pairs not yet measured. Pairs
-    are timed in ``order`` (the shipped table's ranking: the likely best first), the others after; a pair whose
-    first timed call is
-    :data:`SLOWER` times the best so far is not timed further, nor the scan of a backend whose dispatched step
-    is; no pair starts that would end past :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed,
-    whichever is more, by its :func:`predicted_cost` (the pairs left are timed by a later choice, or one planned
-    longer). ``report`` gets one line: what was picked and how long choosing took.
+    are timed in ``order`` (the shipped table's ranking: the likely best first), the others after. Ruled out
+    untimed: a pair the ``shipped`` rows (:func:`shipped_speeds`) predict :data:`SHIPPED_SLOWER` times slower than
+    the best pair timed so far (:func:`shipped_estimate`), and the scan of a backend whose dispatched step was ruled
+    out. Timed no further: a pair whose first timed call is :data:`SLOWER` times the best so far. No pair starts
+    that would end past :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed, whichever is more,
+    by its :func:`predicted_cost` (the pairs left are timed by a later choice, or one planned longer). ``report``
+    gets one line: what was picked and how long choosing took.
     """
     start = time.perf_counter()
     entry = _read_cache().get(timer.key, {})
     seconds = {tuple(k.split("/")): v for k, v in entry.get("seconds_per_step", {}).items()}
-    failed = {tuple(k.split("/")) for k in entry.get("failed", [])}
-    ruled_out = {tuple(k.split("/")) for k in entry.get("ruled_out", [])}
+    failed, ruled_out = _pairs(entry.get("failed", [])), _pairs(entry.get("ruled_out", []))
+    # wall seconds timing each pair took (compiling it, mostly), kept so a later choice predicts from them too
+    spent = {tuple(k.split("/")): v for k, v in entry.get("timing_seconds", {}).items()}
     missing = []
     for pair in [*order, *candidates]:
         # a backend's dispatched step sizes its scan (step_timer): it is timed first
         for p in ((pair[0], "dispatch"), pair) if pair[1] == "scan" else (pair,):
-            if p in candidates and p not in seconds and p not in failed and p not in missing:
+            if p in candidates and p not in seconds and p not in failed | ruled_out and p not in missing:
                 missing.append(p)
-    timed, left, spent = 0, [], {}  # spent: wall seconds each pair timed here took (compiling it, mostly)
+    timed, left, untimed = 0, [], set()  # untimed: ruled out here without timing
     for pair in missing:
         best = min((seconds[p] for p in candidates if p in seconds), default=np.inf)
         budget = max(MIN_BUDGET_S, 0.1 * planned_steps * best) if np.isfinite(best) else np.inf
-        dispatched = seconds.get((pair[0], "dispatch"))
-        if pair[1] == "scan" and dispatched is not None and dispatched > SLOWER * best:
-            seconds[pair] = dispatched  # ruled out by its dispatched step: not compiled, free
-            ruled_out.add(pair)
+        dispatch = (pair[0], "dispatch")
+        if pair[1] == "scan" and dispatch in left:
+            left.append(pair)  # sized by its dispatched step: timed with it
+            continue
+        estimate = shipped_estimate(shipped, pair, {p: seconds[p] for p in candidates if p in seconds})
+        if ((pair[1] == "scan" and (dispatch in untimed or seconds.get(dispatch, 0.0) > SLOWER * best))
+                or (estimate is not None and estimate > SHIPPED_SLOWER * best)):
+            ruled_out.add(pair)  # not compiled, free
+            untimed.add(pair)
             continue
         if time.perf_counter() - start + predicted_cost(pair, spent, timer.num_nodes) > budget:
             left.append(pair)
@@ -372,31 +400,36 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
             failed.add(pair)
         spent[pair] = time.perf_counter() - began
     if missing != left:
+        names = lambda pairs: [f"{b}/{s}" for b, s in sorted(pairs)]  # noqa: E731
         _write_cache(timer.key, {"seconds_per_step": {f"{b}/{s}": t for (b, s), t in seconds.items()},
-                                 "failed": [f"{b}/{s}" for b, s in sorted(failed)],
-                                 "ruled_out": [f"{b}/{s}" for b, s in sorted(ruled_out)],
+                                 "failed": names(failed), "ruled_out": names(ruled_out),
+                                 "timing_seconds": {f"{b}/{s}": round(t, 3) for (b, s), t in spent.items()},
                                  "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
     usable = {pair: seconds[pair] for pair in candidates if pair in seconds}
     chosen = min(usable, key=usable.get) if usable else None
     if report is not None and missing:
         report(f"{'/'.join(chosen) if chosen else 'no pair ran'} ({timed} of {len(missing)} pairs timed, "
-               f"{len(ruled_out & set(missing))} ruled out, {len(left)} left for later, chosen in "
-               f"{time.perf_counter() - start:.1f} s)")
+               f"{len(ruled_out & set(missing))} ruled out ({len(untimed)} untimed), {len(left)} left for later, "
+               f"chosen in {time.perf_counter() - start:.1f} s)")
     return chosen
 
 
-def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO,
-               devices: int | None = None, family: str | None = None) -> list[tuple[str, str]]:
+def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO, devices: int | None = None,
+               family: str | None = None, platform: str | None = None) -> list[tuple[str, str]]:
     """The (backend, step loop) pairs "auto" may pick: those consistent with a fixed half, "loop" only "eager" and
     "eager" only with "loop" (a jitted "loop" is "unrolled"; an eager vmap runs op by op) unless both are fixed,
     "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and never inside a scan
     unless asked (see :func:`choose`), "patches" for the "conv" ``family`` only (or asked): without
-    convolutions it is "vmap", timed twice."""
+    convolutions it is "vmap", timed twice. On a CPU, no scan of convolutions unless asked: XLA runs them ~20x
+    slower in a loop body (a 10-node residual CNN: 11.5 s a step in a scan, 0.56 s dispatched; 46 s to time), so
+    of the conv family only "patches" (convolutions as matmuls) may scan."""
     devices = jax.device_count() if devices is None else devices
+    cpu_conv = family == "conv" and (platform or jax.default_backend()) == "cpu"
     return [(b, s) for b in ("vmap", "patches", "unrolled", "map", "sharded", "loop") for s in STEP_LOOPS
             if _allowed(b, s, num_nodes, backend, step_loop)
             and (b != "sharded" or backend == b or (devices >= 2 and not num_nodes % devices and s != "scan"))
-            and (b != "patches" or backend == b or family == "conv")]
+            and (b != "patches" or backend == b or family == "conv")
+            and (s != "scan" or not cpu_conv or b == "patches" or step_loop == s)]
 
 
 def _allowed(b: str, s: str, num_nodes: int, backend: str, step_loop: str) -> bool:
@@ -447,10 +480,12 @@ def choose(
       ``(backend, step_loop)``, neither "auto".
     """
     if timer is not None and AUTO in (backend, step_loop) and autotune_enabled():
-        pairs = candidates(num_nodes, backend=backend, step_loop=step_loop, family=family)
+        pairs = candidates(num_nodes, backend=backend, step_loop=step_loop, family=family, platform=platform)
         measured = (measured_choice(timer, pairs, planned_steps=planned_steps, report=report,
                                     order=ranking(family, num_nodes, batch_size=batch_size, platform=platform,
-                                                  backend=backend, step_loop=step_loop))
+                                                  backend=backend, step_loop=step_loop),
+                                    shipped=shipped_speeds(family, num_nodes, batch_size=batch_size,
+                                                           platform=platform))
                     if len(pairs) > 1 else (pairs[0] if pairs else None))
         if measured is not None:
             return measured
@@ -466,14 +501,38 @@ def ranking(family: str, num_nodes: int, *, batch_size: int = 32, platform: str 
             step_loop: str = AUTO) -> list[tuple[str, str]]:
     """The pairs of the benchmark row nearest in log N and log batch size (``jaxcomm/assets/backends.json``), fastest
     first, without those :func:`choose` may not pick; [] without a row for the platform and family."""
-    platform = platform or jax.default_backend()
     fits = lambda b, s: (_allowed(b, s, num_nodes, backend, step_loop)  # noqa: E731
                          and (b != "sharded" or s == "dispatch" or step_loop == s))
-    measured = _load_choices().get(platform, {}).get(family)
-    if not measured:
-        return []
+    rows = _nearest_rows(family, num_nodes, batch_size=batch_size, platform=platform)
+    return [(b, s) for b, s in rows[0]["ranking"] if fits(b, s)] if rows else []
+
+
+def _nearest_rows(family: str, num_nodes: int, *, batch_size: int, platform: str | None) -> list[dict]:
+    """The shipped table's rows for the platform and family, nearest in log N and log batch size first."""
+    rows = _load_choices().get(platform or jax.default_backend(), {}).get(family, [])
     distance = lambda e: abs(np.log(e["num_nodes"] / num_nodes)) + abs(np.log(e["batch_size"] / batch_size))  # noqa: E731
-    return [(b, s) for b, s in min(measured, key=distance)["ranking"] if fits(b, s)]
+    return sorted(rows, key=distance)
+
+
+def shipped_speeds(family: str, num_nodes: int, *, batch_size: int = 32,
+                   platform: str | None = None) -> list[dict[tuple[str, str], float]]:
+    """The node-steps per second the benchmark measured for each pair, one dict per shipped row, the row nearest
+    in log N and log batch size first (:func:`measured_choice` reads how much slower one pair ran than another)."""
+    return [{tuple(k.split("/")): v for k, v in row.get("node_steps_per_s", {}).items()}
+            for row in _nearest_rows(family, num_nodes, batch_size=batch_size, platform=platform)]
+
+
+def shipped_estimate(shipped: Sequence[Mapping[tuple[str, str], float]], pair: tuple[str, str],
+                     seconds: Mapping[tuple[str, str], float]) -> float | None:
+    """Seconds per step the shipped rows predict for ``pair`` here, from the pairs timed here (``seconds``): for each
+    timed pair, its seconds times how much slower ``pair`` ran in the nearest row that measured both; the least of
+    these (None if no row measured ``pair`` beside a timed pair)."""
+    estimates = []
+    for timed, measured in seconds.items():
+        row = next((row for row in shipped if row.get(pair) and row.get(timed)), None)
+        if row is not None:
+            estimates.append(measured * row[timed] / row[pair])
+    return min(estimates, default=None)
 
 
 def write_backend_choices(summary: dict, platform: str | None = None, *,
@@ -497,7 +556,8 @@ def write_backend_choices(summary: dict, platform: str | None = None, *,
         if speeds:
             table.setdefault(families.get(row["workload"], row["workload"]), []).append({
                 "num_nodes": row["num_nodes"], "batch_size": row["batch_size"],
-                "ranking": [list(pair) for pair in sorted(speeds, key=speeds.get, reverse=True)]})
+                "ranking": [list(pair) for pair in sorted(speeds, key=speeds.get, reverse=True)],
+                "node_steps_per_s": {f"{b}/{s}": round(v, 4) for (b, s), v in speeds.items()}})
     choices = _load_choices()
     choices[platform] = table
     _CHOICES_FILE.write_text(json.dumps(choices, indent=1) + "\n")

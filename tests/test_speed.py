@@ -137,7 +137,15 @@ def test_choices_round_trip_and_nearest_row(tmp_path, monkeypatch):
     written = json.loads((tmp_path / "backends.json").read_text())
     assert list(written["cpu"]) == ["mlp", "wide_mlp", "conv"]
     assert written["cpu"]["conv"] == [{"num_nodes": 4, "batch_size": 32, "ranking": [
-        ["unrolled", "dispatch"], ["sharded", "dispatch"], ["vmap", "dispatch"]]}]
+        ["unrolled", "dispatch"], ["sharded", "dispatch"], ["vmap", "dispatch"]],
+        "node_steps_per_s": {"vmap/dispatch": 1.0, "unrolled/dispatch": 5.0, "sharded/dispatch": 2.0}}]
+    # the speeds predict a pair from pairs timed here: the nearest row measuring both, the least estimate
+    shipped = speed.shipped_speeds("mlp", 8, platform="cpu")
+    assert shipped[0][("vmap", "scan")] == 30.0 and shipped[1][("map", "scan")] == 9.0  # nearest row first
+    assert speed.shipped_estimate(shipped, ("vmap", "dispatch"), {("vmap", "scan"): 0.1}) == pytest.approx(0.375)
+    assert speed.shipped_estimate(shipped, ("vmap", "dispatch"), {("vmap", "scan"): 0.1, ("map", "scan"): 0.01}
+                                  ) == pytest.approx(0.025)
+    assert speed.shipped_estimate(shipped, ("map", "dispatch"), {("vmap", "scan"): 0.1}) is None  # never measured
     choose = lambda family, n, **kw: speed.choose(family, n, platform="cpu", **kw)
     assert choose("mlp", 8) == ("vmap", "scan")  # sharded inside a scan, though measured fastest, is skipped
     assert choose("mlp", 4) == ("vmap", "scan")  # nearest measured: 8
@@ -210,6 +218,7 @@ def test_candidates_follow_the_fixed_half_the_unroll_limit_and_the_devices():
 def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkeypatch):
     monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(speed, "shipped_speeds", lambda *args, **kwargs: [])  # no speeds to rule a pair out untimed
     calls = []
 
     def seconds(backend, step_loop, limit=np.inf):
@@ -241,45 +250,54 @@ def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkey
 
 
 
+CONV_TABLE = {"cpu": {"conv": [{"num_nodes": 8, "batch_size": 32,
+                                 "ranking": [["loop", "eager"], ["unrolled", "dispatch"], ["vmap", "dispatch"]],
+                                 "node_steps_per_s": {"loop/eager": 10.0, "unrolled/dispatch": 9.0,
+                                                      "vmap/dispatch": 2.0}}]}}
+
+
 def test_a_cold_choice_times_the_likely_best_first_rules_out_slow_pairs_and_stops_at_its_budget(tmp_path,
                                                                                                  monkeypatch):
     monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(speed, "_CHOICES_FILE", tmp_path / "backends.json")
+    (tmp_path / "backends.json").write_text(json.dumps(CONV_TABLE))
     clock, calls, lines = [0.0], [], []
     monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
-    first = speed.choose("conv", 8, platform="cpu")  # the shipped table's pick
-    fast = {first: 0.1, ("map", "dispatch"): 0.12}
+    fast = {("loop", "eager"): 0.1, ("map", "dispatch"): 0.12}
 
     def seconds(backend, step_loop, limit=np.inf):
         calls.append(((backend, step_loop), limit))
         clock[0] += 4.0  # compiling and timing a pair: 4 s of the budget
         return fast.get((backend, step_loop), 1.0)
 
-    chosen = speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds), platform="cpu", planned_steps=100,
-                          report=lines.append)
-    assert calls[0] == (first, np.inf)  # nothing to beat yet
+    choose = lambda steps, report=None: speed.choose(  # noqa: E731
+        "conv", 8, timer=speed.Timer("a cnn", seconds, 8), platform="cpu", planned_steps=steps, report=report)
+    assert choose(100, lines.append) == ("loop", "eager")
+    assert calls[0] == (("loop", "eager"), np.inf)  # the table's likely best first, with nothing to beat yet
     assert all(limit == pytest.approx(1.5 * 0.1) for _, limit in calls[1:])  # slower than 0.15 s: one call
-    timed = [pair for pair, _ in calls]
-    # 15 s of budget (a tenth of 100 steps at 0.1 s is 1 s); each pair predicted to take the most one took (4 s):
-    # the pair after the 3rd would end at 16 s, so it does not start
-    assert timed == [first, ("unrolled", "dispatch"), ("vmap", "dispatch")]
-    assert chosen == first
+    # 15 s of budget (a tenth of 100 steps at 0.1 s is 1 s): unrolled/dispatch (8 copies of a 4 s pair) is left for
+    # later; vmap/dispatch, 5x slower than the loop in the table, is ruled out untimed, and so is the scan of a
+    # backend whose dispatched step was ruled out (patches); CPU convolutions scan only as patches
+    assert [pair for pair, _ in calls] == [("loop", "eager"), ("patches", "dispatch"), ("map", "dispatch")]
     entry = json.loads((tmp_path / "choices.json").read_text())["a cnn"]
-    # each scan ruled out by its dispatched step, uncompiled (free, so even past the budget)
-    assert set(entry["ruled_out"]) == {"unrolled/dispatch", "unrolled/scan", "vmap/dispatch", "vmap/scan"}
-    conv_pairs = len(speed.candidates(8, family="conv"))
-    assert lines == [f"{first[0]}/{first[1]} (3 of {conv_pairs} pairs timed, 4 ruled out, "
-                     f"{conv_pairs - 5} left for later, chosen in 12.0 s)"]
-    # the pairs left are timed by the next choice, the ones measured are not timed again
+    assert set(entry["ruled_out"]) == {"vmap/dispatch", "patches/dispatch", "patches/scan"}
+    assert entry["timing_seconds"] == {"loop/eager": 4.0, "patches/dispatch": 4.0, "map/dispatch": 4.0}
+    assert lines == ["loop/eager (3 of 6 pairs timed, 3 ruled out (2 untimed), 1 left for later, chosen in 12.0 s)"]
+    # a later choice predicts from the costs kept: the pair left stays left under the same budget, pairs measured
+    # or ruled out are not timed again, and a run planned long enough times it
     calls.clear()
-    speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds), platform="cpu", planned_steps=100)
-    assert calls and not {pair for pair, _ in calls} & set(timed)
+    choose(100)
+    assert calls == []
+    choose(10_000)
+    assert [pair for pair, _ in calls] == [("unrolled", "dispatch")]
 
 
 def test_a_cold_choice_does_not_start_an_unrolled_population_it_cannot_afford(tmp_path, monkeypatch):
     """An unrolled program holds N copies of the step: predicted N times the first pair's cost, it is left for a
     later (or longer-planned) choice when that would overrun the budget, and timed when the budget allows."""
     monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    monkeypatch.setattr(speed, "shipped_speeds", lambda *args, **kwargs: [])
     clock, calls = [0.0], []
     monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
 
@@ -291,7 +309,7 @@ def test_a_cold_choice_does_not_start_an_unrolled_population_it_cannot_afford(tm
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path / "short"))
     speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds, 8), platform="cpu", planned_steps=100)
     assert calls[0] == ("loop", "eager") and not any(b == "unrolled" for b, _ in calls)  # 8 x 4 s > 15 s
-    assert len(calls) == 3  # loop/eager, vmap/dispatch, patches/dispatch: 12 s; a 4th would end at 16 s
+    assert len(calls) == 3  # loop/eager and two more: 12 s; a 4th would end at 16 s
     assert speed.predicted_cost(("unrolled", "scan"), {("loop", "eager"): 4.0}, 8) == 32.0
     assert speed.predicted_cost(("unrolled", "scan"), {("unrolled", "dispatch"): 9.0, ("loop", "eager"): 4.0}, 8) == 9.0
     assert speed.predicted_cost(("vmap", "dispatch"), {}, 8) == 0.0
@@ -300,6 +318,14 @@ def test_a_cold_choice_does_not_start_an_unrolled_population_it_cannot_afford(tm
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path / "long"))  # a run planned 100x longer: 100 s of budget
     speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds, 8), platform="cpu", planned_steps=10_000)
     assert ("unrolled", "dispatch") in calls
+
+
+def test_cpu_convolutions_scan_only_as_patches_unless_asked():
+    pairs = speed.candidates(8, devices=1, family="conv", platform="cpu")
+    assert [pair for pair in pairs if pair[1] == "scan"] == [("patches", "scan")]
+    assert ("vmap", "scan") in speed.candidates(8, devices=1, family="conv", platform="gpu")
+    assert speed.candidates(8, devices=1, family="conv", platform="cpu", step_loop="scan") == [
+        ("vmap", "scan"), ("patches", "scan"), ("unrolled", "scan"), ("map", "scan")]
 
 
 @pytest.mark.parametrize("backend,step_loop", [("unrolled", "dispatch"), ("unrolled", "scan"), ("vmap", "dispatch"),
