@@ -10,6 +10,8 @@ network, timing its candidates included.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -35,12 +37,15 @@ class ResidualCNN(nn.Module):
         return nn.Dense(self.num_classes)(features), features
 
 
-def build(model, dataset, config: network.NetworkConfig) -> tuple[network.Network, float]:
-    """The network built from an empty cache, and the seconds building it took."""
+def build(model, dataset, config: network.NetworkConfig) -> tuple[network.Network, float, str]:
+    """The network built from an empty cache, the seconds building it took, and what auto printed."""
     os.environ["JAXCOMM_CACHE_DIR"] = tempfile.mkdtemp()
+    printed = io.StringIO()
     start = time.perf_counter()
-    net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
-    return net, time.perf_counter() - start
+    with contextlib.redirect_stderr(printed):
+        net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
+    line = next((line for line in printed.getvalue().splitlines() if line.startswith("jaxcomm: auto chose")), "")
+    return net, time.perf_counter() - start, line.removeprefix("jaxcomm: auto chose ")
 
 
 def main() -> None:
@@ -53,10 +58,11 @@ def main() -> None:
     cases.append(("residual_cnn_n10", ResidualCNN(), data.load_mnist_sample(),
                   network.NetworkConfig(num_nodes=10, content="true_labels", num_steps=200)))
     print(f"Commit `{results.git_commit()}`, {results.device_description()}.\n")
-    print("| network | steps planned | auto picked | choosing s |\n|---|---|---|---|")
+    print("| network | steps planned | auto picked | choosing s | what auto printed |\n|---|---|---|---|---|")
     for name, model, dataset, config in cases:
-        net, seconds = build(model, dataset, config)
-        print(f"| {name} | {config.num_steps:,} | {net.backend}/{net.step_loop} | {seconds:.1f} |", flush=True)
+        net, seconds, line = build(model, dataset, config)
+        print(f"| {name} | {config.num_steps:,} | {net.backend}/{net.step_loop} | {seconds:.1f} | {line} |",
+              flush=True)
 
 
 if __name__ == "__main__":
