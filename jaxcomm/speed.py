@@ -331,14 +331,19 @@ MIN_BUDGET_S = 15.0
 """Seconds a cold choice may spend timing, or a tenth of the run's planned training, whichever is more."""
 
 
-def predicted_cost(pair: tuple[str, str], spent: Mapping[tuple[str, str], float], num_nodes: int) -> float:
+def predicted_cost(pair: tuple[str, str], spent: Mapping[tuple[str, str], float], num_nodes: int,
+                   dispatched: float | None = None) -> float:
     """Seconds timing ``pair`` is expected to take, from what the pairs timed so far took (``spent``, this choice's
     and earlier ones'): what its backend's other step loop took, else the most any pair took (a slow step costs its
     compile and a step), N times over for "unrolled" (its program holds N copies of the step: a 64-node MLP or a
-    10-node CNN compiles for tens of seconds). 0 before any pair."""
+    10-node CNN compiles for tens of seconds). A scan runs several steps a call where its dispatched step ran one:
+    with that step's seconds (``dispatched``), two calls of at least 2 steps or :data:`MIN_TIMED_SECONDS` more
+    (a 10-node residual CNN's patched scan took 6.6 s to time where its dispatched step took 4.7 s). 0 before any
+    pair."""
     same = [s for p, s in spent.items() if p[0] == pair[0]]
     if same:
-        return max(same)
+        scan_calls = 2 * max(2 * dispatched, MIN_TIMED_SECONDS) if pair[1] == "scan" and dispatched else 0.0
+        return max(same) + scan_calls
     return max(spent.values(), default=0.0) * (num_nodes if pair[0] == "unrolled" else 1)
 
 
@@ -387,7 +392,8 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
             ruled_out.add(pair)  # not compiled, free
             untimed.add(pair)
             continue
-        if time.perf_counter() - start + predicted_cost(pair, spent, timer.num_nodes) > budget:
+        cost = predicted_cost(pair, spent, timer.num_nodes, seconds.get(dispatch))
+        if time.perf_counter() - start + cost > budget:
             left.append(pair)
             continue
         began = time.perf_counter()

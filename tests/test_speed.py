@@ -314,6 +314,9 @@ def test_a_cold_choice_does_not_start_an_unrolled_population_it_cannot_afford(tm
     assert speed.predicted_cost(("unrolled", "scan"), {("unrolled", "dispatch"): 9.0, ("loop", "eager"): 4.0}, 8) == 9.0
     assert speed.predicted_cost(("vmap", "dispatch"), {}, 8) == 0.0
     assert speed.predicted_cost(("map", "scan"), {("loop", "eager"): 4.0, ("vmap", "dispatch"): 20.0}, 8) == 20.0
+    # a scan's calls run several steps: two of at least 2 steps (or MIN_TIMED_SECONDS) beyond its dispatch's cost
+    assert speed.predicted_cost(("patches", "scan"), {("patches", "dispatch"): 4.7}, 8, 1.3) == pytest.approx(9.9)
+    assert speed.predicted_cost(("patches", "scan"), {("patches", "dispatch"): 4.7}, 8, 0.01) == pytest.approx(5.1)
     calls.clear()
     monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path / "long"))  # a run planned 100x longer: 100 s of budget
     speed.choose("conv", 8, timer=speed.Timer("a cnn", seconds, 8), platform="cpu", planned_steps=10_000)
