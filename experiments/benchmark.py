@@ -53,7 +53,10 @@ Every row of the full and gpu suites first builds its network with ``backend="au
 user's first run does, and records the pair picked, the seconds choosing took and that pair's speed against the
 fastest pair (issue 40).
 Writes runs/benchmark/<suite>-<time>/summary.json (or --out DIR), table.md and, with --write-choices, the
-measured-best table that ``backend="auto"`` reads (jaxcomm/assets/backends.json).
+measured-best table that ``backend="auto"`` reads (jaxcomm/assets/backends.json). ``report DIR`` redraws DIR's
+table.md from its summary.json and its hand-written notes.md; nothing runs:
+
+    python experiments/benchmark.py report results/benchmark/issue41
 """
 
 from __future__ import annotations
@@ -378,6 +381,15 @@ def measure_peer(row: Row, timeout: int) -> dict:
 
 
 def main(argv=None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["report"]:  # report DIR: redraw a run's table from its summary.json and notes.md
+        folder = pathlib.Path(given[1]) if len(given) == 2 else None
+        if folder is None or not (folder / "summary.json").is_file():
+            print("usage: benchmark.py report DIR  (DIR holding a run's summary.json)", file=sys.stderr)
+            return 2
+        write_report(folder)
+        print(f"wrote {folder / 'table.md'}")
+        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="full", choices=SUITES,
                         help="full (the CPU table, default), quick (N <= 8, a smoke test) or gpu (an accelerator's "

@@ -264,3 +264,14 @@ def test_a_method_sweep_arm_reports_the_ledgers_bytes_and_equals_one_by_one():
     assert row.name == "diloco_h2_student_r2_n3" and together["mode"] == "population"
     assert together["counters"] == one["counters"] and together["counters"][0]["by_kind"]["parameters"] > 0
     assert together["avg_accuracy"] == pytest.approx(one["avg_accuracy"], abs=1e-6)
+
+
+def test_report_redraws_a_runs_table_from_its_summary_and_notes(tmp_path, capsys):
+    committed, folder = ROOT / "results" / "benchmark" / "issue41", tmp_path / "issue41"
+    folder.mkdir()
+    for name in ("summary.json", "notes.md"):
+        (folder / name).write_bytes((committed / name).read_bytes())
+    assert benchmark.main(["report", str(folder)]) == 0
+    assert (folder / "table.md").read_bytes() == (committed / "table.md").read_bytes()
+    assert benchmark.main(["report", str(tmp_path / "missing")]) == 2
+    assert "usage: benchmark.py report DIR" in capsys.readouterr().err
