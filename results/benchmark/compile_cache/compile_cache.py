@@ -5,7 +5,8 @@
 8 seeds of DiLoCo (H = 50) on 10 student-MLP nodes, 1,000 steps each, trained one by one with
 ``jaxcomm.methods.train`` in one process (the benchmark's method-sweep row, one-by-one arm), three ways, each in a
 fresh process: without the cache; with ``JAX_COMPILATION_CACHE_DIR`` set to an empty folder (later seeds load the
-programs the first compiled); and again with that folder now full (a second run of the same script).
+programs the first compiled); and again with that folder now full (a second run of the same script). Every arm
+with ``JAXCOMM_AUTOTUNE=0`` (the shipped table's pair), so that only XLA's compiles differ between them.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def arm() -> None:
 
 
 def run_arm(env: dict) -> float:
-    out = subprocess.run([sys.executable, __file__, "--arm"], env={**os.environ, **env}, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, "--arm"], env={**os.environ, "JAXCOMM_AUTOTUNE": "0", **env},
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
 
 
