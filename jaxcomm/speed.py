@@ -347,8 +347,14 @@ def predicted_cost(pair: tuple[str, str], spent: Mapping[tuple[str, str], float]
     return max(spent.values(), default=0.0) * (num_nodes if pair[0] == "unrolled" else 1)
 
 
-def _pairs(names: Sequence[str]) -> set[tuple[str, str]]:
-    return {tuple(name.split("/")) for name in names}
+def _pair(name: str) -> tuple[str, str]:
+    """A (backend, step loop) pair from its name in the cache and the shipped table ("vmap/scan")."""
+    backend, step_loop = name.split("/")
+    return backend, step_loop
+
+
+def _name(pair: tuple[str, str]) -> str:
+    return "/".join(pair)
 
 
 def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, order: Sequence[tuple[str, str]] = (),
@@ -368,10 +374,10 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
     """
     start = time.perf_counter()
     entry = _read_cache().get(timer.key, {})
-    seconds = {tuple(k.split("/")): v for k, v in entry.get("seconds_per_step", {}).items()}
-    failed, ruled_out = _pairs(entry.get("failed", [])), _pairs(entry.get("ruled_out", []))
+    seconds = {_pair(k): v for k, v in entry.get("seconds_per_step", {}).items()}
+    failed, ruled_out = ({_pair(k) for k in entry.get(field, [])} for field in ("failed", "ruled_out"))
     # wall seconds timing each pair took (compiling it, mostly), kept so a later choice predicts from them too
-    spent = {tuple(k.split("/")): v for k, v in entry.get("timing_seconds", {}).items()}
+    spent = {_pair(k): v for k, v in entry.get("timing_seconds", {}).items()}
     missing = []
     for pair in [*order, *candidates]:
         # a backend's dispatched step sizes its scan (step_timer): it is timed first
@@ -380,13 +386,14 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
                 missing.append(p)
     timed, left, untimed = 0, [], set()  # untimed: ruled out here without timing
     for pair in missing:
-        best = min((seconds[p] for p in candidates if p in seconds), default=np.inf)
+        timed_here = {p: seconds[p] for p in candidates if p in seconds}
+        best = min(timed_here.values(), default=np.inf)
         budget = max(MIN_BUDGET_S, 0.1 * planned_steps * best) if np.isfinite(best) else np.inf
         dispatch = (pair[0], "dispatch")
         if pair[1] == "scan" and dispatch in left:
             left.append(pair)  # sized by its dispatched step: timed with it
             continue
-        estimate = shipped_estimate(shipped, pair, {p: seconds[p] for p in candidates if p in seconds})
+        estimate = shipped_estimate(shipped, pair, timed_here)
         if ((pair[1] == "scan" and (dispatch in untimed or seconds.get(dispatch, 0.0) > SLOWER * best))
                 or (estimate is not None and estimate > SHIPPED_SLOWER * best)):
             ruled_out.add(pair)  # not compiled, free
@@ -406,15 +413,15 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
             failed.add(pair)
         spent[pair] = time.perf_counter() - began
     if missing != left:
-        names = lambda pairs: [f"{b}/{s}" for b, s in sorted(pairs)]  # noqa: E731
-        _write_cache(timer.key, {"seconds_per_step": {f"{b}/{s}": t for (b, s), t in seconds.items()},
-                                 "failed": names(failed), "ruled_out": names(ruled_out),
-                                 "timing_seconds": {f"{b}/{s}": round(t, 3) for (b, s), t in spent.items()},
+        _write_cache(timer.key, {"seconds_per_step": {_name(p): t for p, t in seconds.items()},
+                                 "failed": [_name(p) for p in sorted(failed)],
+                                 "ruled_out": [_name(p) for p in sorted(ruled_out)],
+                                 "timing_seconds": {_name(p): round(t, 3) for p, t in spent.items()},
                                  "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
     usable = {pair: seconds[pair] for pair in candidates if pair in seconds}
     chosen = min(usable, key=usable.get) if usable else None
     if report is not None and missing:
-        report(f"{'/'.join(chosen) if chosen else 'no pair ran'} ({timed} of {len(missing)} pairs timed, "
+        report(f"{_name(chosen) if chosen else 'no pair ran'} ({timed} of {len(missing)} pairs timed, "
                f"{len(ruled_out & set(missing))} ruled out ({len(untimed)} untimed), {len(left)} left for later, "
                f"chosen in {time.perf_counter() - start:.1f} s)")
     return chosen
@@ -524,7 +531,7 @@ def shipped_speeds(family: str, num_nodes: int, *, batch_size: int = 32,
                    platform: str | None = None) -> list[dict[tuple[str, str], float]]:
     """The node-steps per second the benchmark measured for each pair, one dict per shipped row, the row nearest
     in log N and log batch size first (:func:`measured_choice` reads how much slower one pair ran than another)."""
-    return [{tuple(k.split("/")): v for k, v in row.get("node_steps_per_s", {}).items()}
+    return [{_pair(k): v for k, v in row.get("node_steps_per_s", {}).items()}
             for row in _nearest_rows(family, num_nodes, batch_size=batch_size, platform=platform)]
 
 
@@ -563,7 +570,7 @@ def write_backend_choices(summary: dict, platform: str | None = None, *,
             table.setdefault(families.get(row["workload"], row["workload"]), []).append({
                 "num_nodes": row["num_nodes"], "batch_size": row["batch_size"],
                 "ranking": [list(pair) for pair in sorted(speeds, key=speeds.get, reverse=True)],
-                "node_steps_per_s": {f"{b}/{s}": round(v, 4) for (b, s), v in speeds.items()}})
+                "node_steps_per_s": {_name(pair): round(v, 4) for pair, v in speeds.items()}})
     choices = _load_choices()
     choices[platform] = table
     _CHOICES_FILE.write_text(json.dumps(choices, indent=1) + "\n")
