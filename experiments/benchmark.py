@@ -364,11 +364,16 @@ def run_rows(selected: list[Row], timeout: int, results: dict | None = None) -> 
 
 def measure_peer(row: Row, timeout: int) -> dict:
     """PyTorch's best recipe for ``row``'s workload (``experiments/torch_peer.py`` in its own interpreter, right
-    after the row's), or why not: ``{"error": "not installed"}`` without torch."""
+    after the row's), or why not: ``{"error": "not installed"}`` without torch; not run beside an accelerator's
+    rows, since the peer times PyTorch on the CPU (a GPU's row against the host's cores compares machines)."""
     import importlib.util
+
+    import jax
 
     if importlib.util.find_spec("torch") is None:
         return {"error": "not installed"}
+    if jax.default_backend() != "cpu":
+        return {"error": f"not run: the peer is PyTorch on the CPU, jaxcomm ran on the {jax.default_backend()}"}
     try:
         proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "torch_peer.py"), "--workload",
                                row.workload, "--nodes", str(row.num_nodes), "--batch-size", str(row.batch_size),

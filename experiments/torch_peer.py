@@ -443,7 +443,8 @@ def measure(workload: str, num_nodes: int, batch_size: int = 32, *, seconds: flo
     if not rates:
         raise RuntimeError(f"every recipe failed: {errors}")
     best = max(rates, key=rates.get)
-    result = {"workload": workload, "num_nodes": num_nodes, "batch_size": batch_size, "torch": torch.__version__,
+    result = {"workload": workload, "num_nodes": num_nodes, "batch_size": batch_size, "device": "cpu",
+              "torch": torch.__version__,
               "threads": threads, "adam": "fused" if fused_adam() else "foreach", "recipes": rates,
               "best_recipe": best, "best_node_steps_per_s": rates[best],
               "parts": parts(built[best], data, batch_size, seconds)}

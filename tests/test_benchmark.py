@@ -201,6 +201,11 @@ def test_the_peer_is_tabled_against_jaxcomms_best():
                                                   "best_node_steps_per_s": 120.0}}
     assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | 2.50x | 2.13.0, 2 |" in benchmark_report.peer_table(
         {"student_n64": r})
+    # a GPU row beside PyTorch on the host's cores compares machines, not libraries: listed, not compared
+    assert "| student_n64 | 300.0 | 120.0 | stacked_bmm | not compared: PyTorch on the cpu, jaxcomm on the gpu | " \
+           in "\n".join(benchmark_report.peer_table({"student_n64": r}, "gpu"))
+    assert benchmark_report.jaxcomm_platform("1 x NVIDIA H100 80GB HBM3 (gpu), host x86_64 with 16 CPU cores") == "gpu"
+    assert benchmark_report.jaxcomm_platform("x86_64 with 2 CPU cores (cpu), jax 0.10.2") == "cpu"
 
 
 def test_the_gpu_suite_measures_sweeps_of_160_and_640_student_nodes_and_50_and_200_cnn_nodes():

@@ -36,7 +36,8 @@ def format_table(summary: dict) -> str:
         lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
     if summary["rows"]:
         lines += _rows_table(summary["rows"]) + _cold_table(summary["rows"])
-        lines += peer_table(summary["rows"]) + parts_table(summary["rows"])
+        platform = jaxcomm_platform(summary["device"])
+        lines += peer_table(summary["rows"], platform) + parts_table(summary["rows"], platform)
     sweeps = summary.get("sweeps") or {}
     if sweeps:
         lines += _sweeps_table(sweeps)
@@ -217,8 +218,19 @@ PART_NAMES = {"draw": "minibatch draw (uint8 gather, one-hot)", "forward_backwar
               "optimizer": "Adam update"}
 
 
-def peer_table(rows: dict) -> list[str]:
-    """jaxcomm's best against PyTorch's best recipe, the rows that measured it (none before issue 41)."""
+def jaxcomm_platform(device: str) -> str:
+    """The platform a run's ``device`` line names ("... (gpu), host ..."): cpu, gpu or tpu."""
+    return next((p for p in ("gpu", "tpu") if f"({p})" in device), "cpu")
+
+
+def peer_device(peer: dict) -> str:
+    """Where the peer's PyTorch ran: ``torch_peer`` times it on the CPU (older summaries say nothing: CPU too)."""
+    return peer.get("device", "cpu")
+
+
+def peer_table(rows: dict, platform: str = "cpu") -> list[str]:
+    """jaxcomm's best against PyTorch's best recipe, the rows that measured it (none before issue 41); a peer that
+    ran on another platform than jaxcomm (PyTorch on the host CPU beside a GPU row) is listed, not compared."""
     measured = {name: r for name, r in rows.items() if "peer" in r}
     if not measured:
         return []
@@ -231,14 +243,20 @@ def peer_table(rows: dict) -> list[str]:
         if "error" in peer:
             lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['error']} | | | |")
             continue
+        if peer_device(peer) != platform:
+            lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['best_node_steps_per_s']:.1f} | "
+                         f"{peer['best_recipe']} | not compared: PyTorch on the {peer_device(peer)}, jaxcomm on "
+                         f"the {platform} | {peer['torch']}, {peer['threads']} |")
+            continue
         ratio = r["best_node_steps_per_s"] / peer["best_node_steps_per_s"]
         lines.append(f"| {name} | {r['best_node_steps_per_s']:.1f} | {peer['best_node_steps_per_s']:.1f} | "
                      f"{peer['best_recipe']} | {ratio:.2f}x | {peer['torch']}, {peer['threads']} |")
     return lines
 
 
-def parts_table(rows: dict) -> list[str]:
-    """Each part of a step against its floor, and PyTorch's same part where it was timed apart."""
+def parts_table(rows: dict, platform: str = "cpu") -> list[str]:
+    """Each part of a step against its floor, and PyTorch's same part where it was timed apart on jaxcomm's
+    platform."""
     measured = {name: r for name, r in rows.items() if "parts" in r}
     if not measured:
         return []
@@ -253,7 +271,8 @@ def parts_table(rows: dict) -> list[str]:
     for name, r in measured.items():
         lines.append(f"| {name} | (float32 matmul {r['parts']['matmul_gflops']:.1f} GFLOP/s, memory "
                      f"{r['parts']['bandwidth_gbs']:.1f} GB/s) | | | | | | |")
-        peer_parts = r.get("peer", {}).get("parts", {})
+        peer = r.get("peer", {})
+        peer_parts = peer.get("parts", {}) if peer_device(peer) == platform else {}
         for part, p in r["parts"]["parts"].items():
             theirs = peer_parts.get(part)
             lines.append(f"| {name} | {PART_NAMES.get(part, part)} | {r['parts']['backend']} | "
