@@ -374,17 +374,22 @@ def test_a_network_measures_its_own_model_where_it_runs(tmp_path, monkeypatch):
 
 
 BENCHMARK = ROOT / "results" / "benchmark" / "summary.json"
+GPU_BENCHMARKS = (ROOT / "results" / "benchmark" / "gpu_h100" / "summary.json",
+                  ROOT / "results" / "benchmark" / "gpu_h100" / "cnn_n10" / "summary.json")
 
 
 @pytest.mark.skipif(not BENCHMARK.is_file(), reason="no committed benchmark results")
-def test_auto_picks_the_measured_best_backend_of_every_benchmark_row():
-    summary = json.loads(BENCHMARK.read_text())
-    for name, row in summary["rows"].items():
-        if "error" in row:
-            continue
-        chosen = speed.choose(FAMILY[row["workload"]], row["num_nodes"], batch_size=row["batch_size"],
-                              platform="cpu")
-        assert chosen == (row["best_backend"], row["best_step_loop"]), name
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_auto_picks_the_measured_best_backend_of_every_benchmark_row(platform):
+    """The shipped table (backends.json) ranks each committed row's pairs as that row measured them."""
+    files = (BENCHMARK,) if platform == "cpu" else GPU_BENCHMARKS
+    for summary in (json.loads(f.read_text()) for f in files):
+        for name, row in summary["rows"].items():
+            if "error" in row:
+                continue
+            chosen = speed.choose(FAMILY[row["workload"]], row["num_nodes"], batch_size=row["batch_size"],
+                                  platform=platform)
+            assert chosen == (row["best_backend"], row["best_step_loop"]), name
 
 
 def test_the_benchmark_exits_non_zero_when_a_row_fails(tmp_path):
