@@ -68,9 +68,7 @@ def plot_frontier(summary: dict, path: pathlib.Path) -> None:
                  "one model of synchronous, compressed and local SGD)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save_figure(fig, path, dpi=120)
 
 
 def _bytes(value: float | None) -> str:

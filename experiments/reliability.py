@@ -348,9 +348,7 @@ def plot(curves: list[dict], path: pathlib.Path) -> None:
         ax.set(title=f"{n} nodes, true labels, fully connected", xlabel="step", ylabel="test accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save_figure(fig, path, dpi=120)
 
 
 def table_markdown(summary: dict) -> str:

@@ -275,9 +275,7 @@ def plot_links(summary: dict, path: pathlib.Path) -> None:
         ax.set(xscale="log" if max(spread) > 3 * min(spread) else "linear", title=name,
                xlabel="virtual seconds at the horizon", ylabel="accuracy (%)")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:

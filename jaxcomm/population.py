@@ -195,7 +195,8 @@ def _with_patched_convs(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @jax.jit
-def _stacked(trees: tuple) -> PyTree:
+def stack_jitted(trees: tuple) -> PyTree:
+    """:func:`stack` in one compiled call: stacking eagerly compiles a program per leaf shape."""
     return stack(trees)
 
 
@@ -235,7 +236,7 @@ def unstack(tree: PyTree) -> Unstacked:
 
 def restack(tree: PyTree) -> PyTree:
     """An :class:`Unstacked` tree stacked on a new leading node axis; a stacked tree as it is."""
-    return _stacked(tree.trees) if isinstance(tree, Unstacked) else tree
+    return stack_jitted(tree.trees) if isinstance(tree, Unstacked) else tree
 
 
 RUNS_AXIS = "jaxcomm_runs"
@@ -284,7 +285,7 @@ def state_and_aux(out: PyTree) -> tuple[PyTree, PyTree]:
     pair as it is."""
     if not isinstance(out, Unstacked):
         return out
-    return Unstacked(tuple(state for state, _ in out.trees)), _stacked(tuple(aux for _, aux in out.trees))
+    return Unstacked(tuple(state for state, _ in out.trees)), stack_jitted(tuple(aux for _, aux in out.trees))
 
 
 def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
@@ -305,7 +306,7 @@ def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
                                                                   for arg, a in zip(args, apart, strict=True)))
                                    for i in range(n)))
         n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
-        return _stacked(tuple(one(axes, np.int32(i), *args) for i in range(n)))
+        return stack_jitted(tuple(one(axes, np.int32(i), *args) for i in range(n)))
 
     return looped
 

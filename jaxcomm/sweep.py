@@ -187,8 +187,7 @@ def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequen
         averages = [r["avg_accuracy"] for r in record["runs"] if r.get("avg_accuracy") is not None]
         return {"avg": f"{np.mean(averages):.1f}"} if averages else {}
 
-    # the runs' states stacked in one compiled call (stacking leaf by leaf eagerly compiles a program per leaf)
-    stacked, first = population.restack(population.Unstacked(tuple(states))), systems[0]
+    stacked, first = population.stack_jitted(tuple(states)), systems[0]
     system = driver.System(lambda key: stacked, population_step(first.step, axes), evaluate,
                            losses=None if first.losses is None else
                            lambda infos: (lambda x: x.reshape(x.shape[0], -1))(first.losses(infos)),

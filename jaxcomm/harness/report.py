@@ -24,6 +24,13 @@ def pyplot():
     return plt
 
 
+def save_figure(fig: Any, path: pathlib.Path | str, dpi: int = 110) -> None:
+    """Lays ``fig`` out, writes it to ``path`` (PNG at ``dpi``) and closes it, so sweeps of plots hold no memory."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
 def cell(value: Any, digits: int = 1, missing: str = "-") -> str:
     """A table cell: ``missing`` for None, floats to ``digits`` places, ints with thousands separators."""
     if value is None:

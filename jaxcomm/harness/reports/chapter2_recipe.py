@@ -120,9 +120,7 @@ def plot_validation(summary: dict, path: pathlib.Path) -> None:
                  f"({summary['validation_size']:,} images)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save_figure(fig, path, dpi=120)
 
 
 def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:

@@ -97,9 +97,7 @@ def plot_fig4_3(summary: dict, curves: list[dict], path: pathlib.Path) -> None:
     ax.legend(fontsize=6)
     fig.suptitle("Two agents, 32-bit Gumbel-softmax language, MNIST with 10 % inverted pixels "
                  "(mean over seeds, band = +-1 std)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def plot_messages(summary: dict, path: pathlib.Path) -> None:
@@ -124,9 +122,7 @@ def plot_messages(summary: dict, path: pathlib.Path) -> None:
     member = ex["member"]
     fig.suptitle(f"Teacher messages after training ({member['level']}, seed {member['seed']}); same logits and "
                  f"Gumbel noise at every temperature", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def _ci(row: dict) -> str:

@@ -78,9 +78,7 @@ def plot_rows(curves: list[dict], path: pathlib.Path) -> None:
         overview.legend(fontsize=7)
     for ax in list(axes.flat)[len(rows) + 1:]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def _mean_curve(curves: list[dict]) -> dict:
@@ -133,9 +131,7 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
         ax.set(title=titles[study], ylabel="test accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 _num = report.cell

@@ -93,9 +93,7 @@ def plot_fig3_1(curves: list[dict], path: pathlib.Path) -> None:
     axes[0].set_ylabel("validation accuracy (%)  mean over seeds, band = min..max")
     fig.suptitle("Teacher selects the student's minibatch (MNIST, student 784-32-32-10, m = 32); "
                  "dotted: 96.5 % and 96.8 %", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def study_rows(summary: dict) -> list[tuple[int, str | None, str | None]]:
@@ -153,9 +151,7 @@ def plot_stack_sizes(summary: dict, path: pathlib.Path) -> None:
             ax.legend(fontsize=8)
     fig.suptitle("Stack-size study: cross-entropy selection, soft labels (median over seeds; n = 1 is the "
                  "baseline)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def _fmt(value: Any, digits: int = 0) -> str:

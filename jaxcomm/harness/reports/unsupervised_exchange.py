@@ -80,9 +80,7 @@ def plot_probes(curves: list[dict], path: pathlib.Path, thesis: bool = True) -> 
                ylabel="test accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 OBJECTIVE_PANELS = {"vae": [("neg_elbo", "-ELBO (nats / image)"), ("reconstruction", "reconstruction NLL (nats)"),
@@ -105,9 +103,7 @@ def plot_objectives(curves: list[dict], path: pathlib.Path) -> None:
             ax.set(title=title, xlabel="step")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
@@ -128,9 +124,7 @@ def plot_pictures(records: list[dict], path: pathlib.Path) -> None:
         ax.set_axis_off()
         ax.set_title(f"{record['run']} (node 0, step {record['step']}): test images | reconstructions | samples",
                      fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report.save_figure(fig, path)
 
 
 _num = functools.partial(report.cell, missing="N.A.")
