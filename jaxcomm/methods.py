@@ -93,6 +93,10 @@ class Method(NamedTuple):
         and period); None: nothing.
       check: ``check(configs)``: raises ValueError naming a field the runs of a sweep may not vary; None:
         :func:`check_runs` (only ``per_run`` fields).
+      sweep_mode: what :func:`sweep` runs under ``mode="auto"``: "auto" follows the nodes
+        (:func:`jaxcomm.sweep.choose_mode`); "sequential" or "population" where measured faster for this method
+        (local SGD / DiLoCo and codistillation run their rounds faster run by run than vmapped over runs:
+        ``results/benchmark/sweep_modes/``).
     """
 
     name: str
@@ -104,6 +108,7 @@ class Method(NamedTuple):
     initial: Callable | None = None
     configure: Callable | None = None
     check: Callable | None = None
+    sweep_mode: str = "auto"
 
     def config_for(self, config: network.NetworkConfig) -> network.NetworkConfig:
         """The config a run of this method trains by."""
@@ -221,8 +226,9 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
       method: the method.
       configs: the R runs; they may differ in ``method.per_run`` fields only (else ValueError naming the field).
       mode: "population" (one population of R x N nodes, the step vmapped over runs), "sequential" (run by run,
-        one compiled step), or "auto": run by run under the "unrolled" and "loop" backends (CPU convolutions),
-        else one population (:func:`jaxcomm.sweep.choose_mode`).
+        one compiled step), or "auto": the method's ``sweep_mode`` where it names one, else run by run under the
+        "unrolled" and "loop" backends (CPU convolutions) and one population otherwise
+        (:func:`jaxcomm.sweep.choose_mode`).
       eval_split, progress, desc, checkpointer, divergence, donate, cluster: as :func:`train`.
 
     Returns:
@@ -237,7 +243,8 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
     datas = [classifier.run_data(base, dataset.train.labels, c, network.settings(c)) for c in configs]
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
-    mode = sweeps.choose_mode(first.backend, mode, first.step_loop, getattr(first, "family", None))
+    mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
+                              getattr(first, "family", None))
     results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster) for b in builts], states, datas,
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,

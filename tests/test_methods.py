@@ -133,15 +133,17 @@ METHODS = {"sync": lambda: data_parallel.sync_sgd(), "top_k": lambda: data_paral
            "true_labels": lambda: network.output_sharing(exchange.true_labels())}
 
 
-# Every method as one population; run by run (the same generic path for every method) for two of them.
-@pytest.mark.parametrize("name, mode", [*((name, "population") for name in sorted(METHODS)),
-                                        ("diloco", "sequential"), ("true_labels", "sequential")])
-def test_a_sweep_of_any_method_equals_its_runs_alone(tiny_dataset, name, mode):
+# Every method as one population; run by run (the same generic path for every method) for two of them: DiLoCo by
+# its own choice under "auto" (local SGD and codistillation sweep run by run: results/benchmark/sweep_modes/).
+@pytest.mark.parametrize("name, mode, ran", [*((name, "population", "population") for name in sorted(METHODS)),
+                                             ("diloco", "auto", "sequential"),
+                                             ("true_labels", "sequential", "sequential")])
+def test_a_sweep_of_any_method_equals_its_runs_alone(tiny_dataset, name, mode, ran):
     method = METHODS[name]()
     runs = [config(seed=s, partition=p) for s, p in ((0, "iid"), (1, "dirichlet"))]
     swept = methods.sweep(method, runs, MODEL, tiny_dataset, progress=False, mode=mode)
     for got, cfg in zip(swept, runs, strict=True):
-        assert got["sweep"] == {"runs": 2, "mode": mode}
+        assert got["sweep"] == {"runs": 2, "mode": ran}
         assert_same(got, methods.train(method, cfg, MODEL, tiny_dataset, progress=False))
     assert swept[0]["final"]["loss"] != swept[1]["final"]["loss"]
 
