@@ -266,7 +266,7 @@ def test_an_interrupted_benchmark_writes_what_it_measured_and_lists_the_rest(tmp
 def test_a_method_sweep_arm_reports_the_ledgers_bytes_and_equals_one_by_one():
     row = bench.SweepRow("student", 2, 3, 6, 3, "diloco:2")
     together, one = bench.measure_sweep(row, "sweep"), bench.measure_sweep(row, "one_by_one")
-    assert row.name == "diloco_h2_student_r2_n3" and together["mode"] == "population"
+    assert row.name == "diloco_h2_student_r2_n3" and together["mode"] == "sequential"  # DiLoCo sweeps run by run
     assert together["counters"] == one["counters"] and together["counters"][0]["by_kind"]["parameters"] > 0
     assert together["avg_accuracy"] == pytest.approx(one["avg_accuracy"], abs=1e-6)
 
