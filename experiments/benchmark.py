@@ -388,14 +388,10 @@ def measure_peer(row: Row, timeout: int) -> dict:
 
 def main(argv=None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    if given[:1] == ["report"]:  # report DIR: redraw a run's table from its summary.json and notes.md
-        folder = pathlib.Path(given[1]) if len(given) == 2 else None
-        if folder is None or not (folder / "summary.json").is_file():
-            print("usage: benchmark.py report DIR  (DIR holding a run's summary.json)", file=sys.stderr)
-            return 2
-        write_report(folder)
-        print(f"wrote {folder / 'table.md'}")
-        return 0
+    if given[:1] == ["report"]:  # report [DIR]: redraw a run's table from its summary.json and notes.md
+        from jaxcomm.harness import cli as harness_cli
+
+        return harness_cli.report_command(given[1:], experiment="benchmark", write_report=write_report)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="full", choices=SUITES,
                         help="full (the CPU table, default), quick (N <= 8, a smoke test) or gpu (an accelerator's "

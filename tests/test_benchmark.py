@@ -279,4 +279,5 @@ def test_report_redraws_a_runs_table_from_its_summary_and_notes(tmp_path, capsys
     assert benchmark.main(["report", str(folder)]) == 0
     assert (folder / "table.md").read_bytes() == (committed / "table.md").read_bytes()
     assert benchmark.main(["report", str(tmp_path / "missing")]) == 2
-    assert "usage: benchmark.py report DIR" in capsys.readouterr().err
+    assert f"benchmark: error: no run to report in {tmp_path / 'missing'} (no summary.json)" in \
+        capsys.readouterr().err

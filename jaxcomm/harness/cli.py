@@ -459,23 +459,29 @@ def cli(
     from its files (default DIR: the newest run under ``runs/<experiment>``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["report"] and write_report is not None:
-        flags = {a for a in args[1:] if a.startswith("--")}
-        folders = [a for a in args[1:] if not a.startswith("--")]
-        if flags - {"--no-plots", "--debug"} or len(folders) > 1:
-            print(f"usage: {experiment}.py report [DIR] [--no-plots] [--debug]", file=sys.stderr)
-            return 2
-        out_dir = pathlib.Path(folders[0]) if folders else newest_run(experiment)
-        if out_dir is None or not (out_dir / "summary.json").is_file():
-            where = out_dir or f"{RUNS}/{experiment}"
-            print(f"{experiment}: error: no run to report in {where} (no summary.json)", file=sys.stderr)
-            return 2
-        return _report(write_report, out_dir, experiment=experiment, debug="--debug" in flags,
-                       plots="--no-plots" not in flags)
+        return report_command(args[1:], experiment=experiment, write_report=write_report)
     status = main(argv, experiment=experiment, presets=presets, run=run, description=description,
                   write_report=write_report)
     if status == 130 and argv is None:
         exit_interrupted()
     return status
+
+
+def report_command(args: Sequence[str], *, experiment: str, write_report: Callable[..., None]) -> int:
+    """``report [DIR] [--no-plots] [--debug]`` (``args``: what follows "report"): redraws a run's table and plots
+    from its files (default DIR: the newest run under ``runs/<experiment>``); the exit status."""
+    flags = {a for a in args if a.startswith("--")}
+    folders = [a for a in args if not a.startswith("--")]
+    if flags - {"--no-plots", "--debug"} or len(folders) > 1:
+        print(f"usage: {experiment}.py report [DIR] [--no-plots] [--debug]", file=sys.stderr)
+        return 2
+    out_dir = pathlib.Path(folders[0]) if folders else newest_run(experiment)
+    if out_dir is None or not (out_dir / "summary.json").is_file():
+        where = out_dir or f"{RUNS}/{experiment}"
+        print(f"{experiment}: error: no run to report in {where} (no summary.json)", file=sys.stderr)
+        return 2
+    return _report(write_report, out_dir, experiment=experiment, debug="--debug" in flags,
+                   plots="--no-plots" not in flags)
 
 
 def exit_interrupted() -> None:

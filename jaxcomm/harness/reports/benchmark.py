@@ -219,7 +219,8 @@ PART_NAMES = {"draw": "minibatch draw (uint8 gather, one-hot)", "forward_backwar
 
 
 def jaxcomm_platform(device: str) -> str:
-    """The platform a run's ``device`` line names ("... (gpu), host ..."): cpu, gpu or tpu."""
+    """The platform a run's ``device`` line names (:func:`jaxcomm.harness.results.device_description`:
+    "... (gpu), host ..."): cpu, gpu or tpu."""
     return next((p for p in ("gpu", "tpu") if f"({p})" in device), "cpu")
 
 
