@@ -73,6 +73,7 @@ import time
 
 # Neither imports JAX (the parent process never starts a backend; each row's process does): the measurement
 # machinery of the sweeps and the scale suite with the rows' timing helpers, and the tables with the merges.
+from jaxcomm.harness import results as harness_results
 from jaxcomm.harness.bench import (
     BACKENDS,
     ScaleRow,
@@ -427,8 +428,7 @@ def main(argv=None) -> int:
     parser.add_argument("--measure-scale", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
-        print(json.dumps(measure_row(Row(**{k: tuple(v) if isinstance(v, list) else v
-                                          for k, v in json.loads(args.measure).items()}))))
+        print(json.dumps(measure_row(harness_results.config_from(Row, json.loads(args.measure)))))
         return 0
     if args.measure_sweep:
         print(json.dumps(measure_sweep(SweepRow(**json.loads(args.measure_sweep[0])), args.measure_sweep[1])))
@@ -447,7 +447,6 @@ def main(argv=None) -> int:
         return 0
     from jaxcomm import speed
     from jaxcomm.harness import cli as harness_cli
-    from jaxcomm.harness import results as harness_results
 
     if args.data_dir is not None:
         os.environ["JAXCOMM_DATA_DIR"] = str(pathlib.Path(args.data_dir).expanduser().absolute())

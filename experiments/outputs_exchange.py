@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from jaxcomm import bandwidth, data, decision, network, recipes, stats, sweep
+from jaxcomm import data, recipes, stats
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import results
@@ -206,35 +206,6 @@ PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 # --------------------------------------------------------------------------- measurements
 
 
-def train(net: network.NetworkConfig, model, dataset, *, name: str, seeds: Sequence[int],
-          checkpoints: Checkpoints | None, progress: bool) -> dict:
-    """One network trained with every seed as one sweep (:func:`jaxcomm.sweep.train_networks`), summarised
-    per seed (:func:`jaxcomm.recipes.summarize`) and over seeds (:func:`jaxcomm.recipes.summarize_seeds`);
-    its curves per seed and evaluation."""
-    eval_split = ("test", "validation") if len(dataset.validation.labels) else "test"
-    outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], model, dataset, eval_split=eval_split,
-                                progress=progress, desc=name,
-                                checkpointer=checkpoints.run(name) if checkpoints else None)
-    num_params = bandwidth.model_num_params(model, dataset.train.images.shape[1:])
-    summary = recipes.summarize_seeds([recipes.summarize(out, num_params=num_params) for out in outs], seeds)
-    curves = [{"run": name, "seed": seed, "nodes": net.num_nodes, "content": net.content,
-               "steps": [h["step"] for h in out["history"]],
-               "avg_accuracy": [round(h["avg_accuracy"], 3) for h in out["history"]],
-               "collective_accuracy": {w: [round(h["collective_accuracy"][w], 3) for h in out["history"]]
-                                       for w in decision.WEIGHTINGS},
-               "loss": [round(h["loss"], 4) for h in out["history"]],
-               "seconds": [round(h["seconds"], 1) for h in out["history"]],
-               **({"validation_avg_accuracy": [round(h["validation"]["avg_accuracy"], 3) for h in out["history"]],
-                   "validation_collective_accuracy": [round(h["validation"]["collective_accuracy"]["negentropy"], 3)
-                                                      for h in out["history"]]}
-                  if eval_split != "test" else {})}
-              for seed, out in zip(seeds, outs, strict=True)]
-    print(f"[{name}] N={net.num_nodes} {net.content}, {len(seeds)} seeds: avg {summary['avg_accuracy']:.1f} "
-          f"(sd {summary['avg_accuracy_sd']:.1f}) collective {summary['collective_accuracy']:.1f} "
-          f"(sd {summary['collective_accuracy_sd']:.1f}) in {summary['seconds']:.0f} s", flush=True)
-    return {"summary": summary, "curves": curves, "histories": [out["history"] for out in outs]}
-
-
 def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tuple[str, str, float, dict]]:
     """``(study, label, x, network kwargs)`` of every study point, studies in ``config.studies``' order.
 
@@ -274,7 +245,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
     for name in config.rows:
         n, content = ROWS[name]
         net = config.network(n, content, steps=config.num_steps, eval_every=config.eval_every)
-        out = train(net, config.model(dataset.num_classes), dataset, name=name, seeds=seeds,
+        out = recipes.train_seeds(net, config.model(dataset.num_classes), dataset, name=name, seeds=seeds,
                     checkpoints=checkpoints, progress=progress)
         done[(net, config.widths)] = out
         for per_seed, history in zip(out["summary"]["per_seed"], out["histories"], strict=True):
@@ -304,7 +275,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
                 print(f"skipped {study} {label}: estimated {estimate:.0f} s, over the time budget", flush=True)
                 continue
             name = f"study_{len(done) - len(rows)}_n{net.num_nodes}_{net.content}"
-            done[key] = train(net, study_model, dataset, name=name, seeds=seeds, checkpoints=checkpoints,
+            done[key] = recipes.train_seeds(net, study_model, dataset, name=name, seeds=seeds, checkpoints=checkpoints,
                               progress=progress)
             curves += [{"kind": "study", **curve} for curve in done[key]["curves"]]
             seconds_per_node_step = done[key]["summary"]["seconds"] / (net.num_nodes * net.num_steps * len(seeds))

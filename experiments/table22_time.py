@@ -16,8 +16,12 @@ chosen on validation (:func:`jaxcomm.recipes.validation_target`), and on the tes
 beside them.
 
 Re-timed, not re-trained: the rows trained with instant delivery. On a slower link a message also arrives later
-(``delay`` below: receiver steps in flight), which changes what a node learns from it;
-``experiments/time_frontier.py`` measures that change by training again with the messages in flight.
+(``delay`` below: receiver steps in flight), which changes what a node learns from it. The rows named in ``rerun``
+are trained again on every link that delays their messages, with the run's recipe and seeds, their messages in
+flight (:func:`jaxcomm.network.train_network`'s ``cluster``): their steps to the target are read on those curves,
+and their final accuracies paired by seed with the instant run's (links whose delays are equal share one run):
+
+    python experiments/table22_time.py --preset cpu rerun=20_nodes_true_labels --out DIR   # hours on a CPU
 
 References:
   Lacaille (2018), §2.3, Table 2.2.
@@ -33,8 +37,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxcomm import clock, recipes, stats
+from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
+from jaxcomm.harness.reports.outputs_exchange import ROWS
 from jaxcomm.validation import require
 
 EXPERIMENT = "table22_time"
@@ -50,11 +56,14 @@ class Table22TimeConfig:
       links: names of :data:`jaxcomm.clock.LINKS`, a cluster each.
       seconds_per_step: one node's local step in seconds; 0: the run's single node's measured step (its curves'
         wall seconds between the first and last evaluations over the steps between them, median over seeds).
+      rerun: rows of the run trained again, with their messages in flight, on every link of ``links`` that
+        delays them (hours on a CPU for the 5,000-step rows; checkpointed, ``--resume``).
     """
 
     outputs_dir: str = "results/outputs_exchange"
     links: tuple[str, ...] = ("instant", "datacenter", "lan_1g", "wan_100m")
     seconds_per_step: float = 0.0
+    rerun: tuple[str, ...] = ()
 
     def __post_init__(self):
         require(isinstance(self.outputs_dir, str) and self.outputs_dir, "outputs_dir", "a results folder",
@@ -63,6 +72,9 @@ class Table22TimeConfig:
                 f"a non-empty tuple of {sorted(clock.LINKS)}", self.links)
         require(isinstance(self.seconds_per_step, float | int) and self.seconds_per_step >= 0, "seconds_per_step",
                 "seconds >= 0", self.seconds_per_step)
+        sharing = [name for name, (n, content) in ROWS.items() if n > 1 and content != "none"]
+        require(isinstance(self.rerun, tuple) and set(self.rerun) <= set(sharing), "rerun",
+                f"a tuple of rows that send messages, from {sharing}", self.rerun)
 
 
 PRESETS = {"cpu": Table22TimeConfig}
@@ -102,20 +114,31 @@ def delay_steps(cluster: clock.Cluster, num_nodes: int, message_bytes: float) ->
     return int(np.median(clock.delivery_steps(cluster, adj, message_bytes)[adj]))
 
 
-def run(config: Table22TimeConfig) -> dict:
+KEYS = {"validation": "validation_collective_accuracy", "test": "collective_accuracy"}
+"""The curve each split's steps to the target are read on (the collective decision, negentropy)."""
+
+
+def steps_to(curves: list[dict], targets: dict) -> dict:
+    """``{split: first step at or above the split's target, per seed}`` for the splits every curve has."""
+    return {split: [first_step(c, KEYS[split], targets[split]) for c in curves]
+            for split in targets if targets[split] is not None and all(KEYS[split] in c for c in curves)}
+
+
+def run(config: Table22TimeConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
     """Every row of ``outputs_dir`` on every link: ``rows`` ``{row: {"nodes", "bytes_per_node_step",
     "message_bytes", "steps": {"validation", "test"} per seed, "links": {link: {"seconds": {"validation",
-    "test"} of the median seed, "step_seconds", "held_back", "delay_steps"}}}}``, with the targets and the step."""
+    "test"} of the median seed, "step_seconds", "held_back", "delay_steps"[, "rerun"]}}}}``, with the targets and
+    the step; a rerun row's link holds its run with the messages in flight (:func:`rerun_row`)."""
     summary, curves = results.read_run(config.outputs_dir)
     step = config.seconds_per_step or measured_step(curves)
     targets = {"validation": recipes.validation_target(curves), "test": float(summary["config"]["target"])}
-    keys = {"validation": "validation_collective_accuracy", "test": "collective_accuracy"}
-    out = {}
+    missing = sorted(set(config.rerun) - set(summary["rows"]))
+    require(not missing, "rerun", f"rows of the run in {config.outputs_dir}, from {sorted(summary['rows'])}", missing)
+    out, trained, rerun_curves = {}, {}, []  # trained: (row, delay steps) -> its rerun; equal delays train alike
     for name, row in summary["rows"].items():
         seeds = sorted((c for c in curves if c.get("kind") == "row" and c["run"] == name), key=lambda c: c["seed"])
         n, sent = row["nodes"], row["bytes_sent_per_node_step"]
-        steps = {split: [first_step(c, keys[split], targets[split]) for c in seeds]
-                 for split in targets if targets[split] is not None and all(keys[split] in c for c in seeds)}
+        steps = steps_to(seeds, targets)
         links = {}
         for link_name in config.links:
             cluster = clock.Cluster(clock.Compute(step, source="measured" if not config.seconds_per_step else "given"),
@@ -126,12 +149,59 @@ def run(config: Table22TimeConfig) -> dict:
                                 "step_seconds": one, "held_back": one > step * (1 + 1e-9),
                                 "uplink_seconds": sent / clock.LINKS[link_name].bandwidth,
                                 "delay_steps": delay_steps(cluster, n, row["message_bytes"] if sent else 0)}
+            if name in config.rerun and links[link_name]["delay_steps"]:
+                key = (name, links[link_name]["delay_steps"])
+                if key not in trained:
+                    trained[key] = rerun_row(summary, name, cluster, link_name, checkpoints=checkpoints,
+                                             progress=progress)
+                    rerun_curves += trained[key]["curves"]
+                again = trained[key]
+                reached = steps_to(again["curves"], targets)
+                links[link_name]["rerun"] = {
+                    "link": again["link"], "per_seed": again["per_seed"], "steps": reached,
+                    "seconds": {split: seconds_at(cluster, n, sent, stats.median_seed(per_seed))
+                                for split, per_seed in reached.items()},
+                    "vs_instant": {key_: paired(again["per_seed"], row, key_) for key_ in PAIRED}}
         out[name] = {"nodes": n, "content": row["content"], "bytes_per_node_step": sent,
                      "message_bytes": row["message_bytes"], "steps": steps, "links": links}
     return {"rows": out, "targets": targets, "seconds_per_step": step, "horizon": summary["config"]["num_steps"],
             "links": {name: clock.LINKS[name]._asdict() for name in config.links},
             "source": {"out_dir": config.outputs_dir, "command": summary["command"],
-                       "git_commit": summary["git_commit"], "device": summary["device"]}}
+                       "git_commit": summary["git_commit"], "device": summary["device"]},
+            **({"curves": rerun_curves} if config.rerun else {})}
+
+
+PAIRED = ("collective_accuracy", "avg_accuracy", "validation_collective_accuracy")
+"""The final accuracies a rerun is paired on with the instant run, seed by seed."""
+
+
+def rerun_row(summary: dict, name: str, cluster: clock.Cluster, link: str, *, checkpoints: Checkpoints | None,
+              progress: bool) -> dict:
+    """Row ``name`` of the run ``summary`` describes, trained again on ``cluster`` with the run's recipe, horizon
+    and seeds, its messages in flight: ``{"link" (trained under), "delays" (the median receiver steps in flight),
+    "per_seed" (final accuracies, the mean age of consumed messages), "curves"}``."""
+    recipe = results.config_from(recipes.Chapter2Recipe, summary["config"])  # the run's data, model and sharing
+    dataset = recipe.load()
+    n, content = ROWS[name]
+    net = recipe.network(n, content, steps=recipe.num_steps, eval_every=summary["config"]["eval_every"])
+    seeds = summary["rows"][name]["seeds"]
+    out = recipes.train_seeds(net, recipe.model(dataset.num_classes), dataset, name=f"{name}_{link}", seeds=seeds,
+                              checkpoints=checkpoints, progress=progress, cluster=cluster)
+    per_seed = [{"seed": seed, **{key: p.get(key) for key in PAIRED},
+                 "mean_age": p["counters"].get("mean_age"), "in_flight": p["counters"].get("in_flight")}
+                for seed, p in zip(seeds, out["summary"]["per_seed"], strict=True)]
+    return {"link": link, "per_seed": per_seed,
+            "curves": [c | {"kind": "rerun", "link": link, "row": name} for c in out["curves"]]}
+
+
+def paired(again: list[dict], row: dict, key: str) -> dict:
+    """The rerun's final ``key`` minus the instant run's, seed by seed: mean, 95 % interval and p-value (paired t)."""
+    before = dict(zip(row["seeds"], (p.get(key) for p in row["per_seed"]), strict=True))
+    diffs = [p[key] - before[p["seed"]] for p in again if p.get(key) is not None and before.get(p["seed"]) is not None]
+    if len(diffs) < 2:
+        return {"mean": float(np.mean(diffs)) if diffs else None, "ci95": None, "p": None, "seeds": len(diffs)}
+    return {"mean": float(np.mean(diffs)), "ci95": list(stats.paired_ci95(diffs, digits=None)),
+            "p": stats.paired_t_p_value(diffs), "seeds": len(diffs)}
 
 
 # --------------------------------------------------------------------------- report
@@ -143,10 +213,12 @@ def _seconds(value: float | None, horizon_seconds: float | None = None) -> str:
     return f"{value / 60:.1f} min" if value >= 120 else f"{value:.1f} s"
 
 
-def speedup(summary: dict, name: str, link: str, split: str) -> float | None:
-    """The single node's time to the target over ``name``'s on ``link``; None if either does not reach it."""
+def speedup(summary: dict, name: str, link: str, split: str, *, rerun: bool = False) -> float | None:
+    """The single node's time to the target over ``name``'s on ``link`` (``rerun``: trained with its messages in
+    flight there); None if either does not reach it."""
     single = summary["rows"][SINGLE]["links"][link]["seconds"].get(split)
-    mine = summary["rows"][name]["links"][link]["seconds"].get(split)
+    timed = summary["rows"][name]["links"][link]
+    mine = (timed["rerun"] if rerun else timed)["seconds"].get(split)
     return None if single is None or mine is None else single / mine
 
 
@@ -166,7 +238,10 @@ def table_markdown(summary: dict) -> str:
               "sharing true labels, 5,900 against 2,700 steps to 85 %, communication free). `delay`: receiver "
               "steps a message is in flight on the link, which the rows did not train with (re-timed, not "
               "re-trained). `uplink / step`: the seconds a node's uplink needs for what it sends per step; a "
-              "device whose step is shorter than that is held back by its link.", ""]
+              "device whose step is shorter than that is held back by its link."
+              + (" Rows marked `in flight` trained again on the link with their messages delayed (below)."
+                 if any("rerun" in t for row in summary["rows"].values() for t in row["links"].values()) else ""),
+              ""]
     for link, spec in summary["links"].items():
         bandwidth = spec["bandwidth"]
         title = (f"## {link}: {bandwidth * 8 / 1e9:g} Gbit/s, {spec['latency'] * 1e3:g} ms"
@@ -186,8 +261,58 @@ def table_markdown(summary: dict) -> str:
                          f"{timed['step_seconds'] * 1e3:.2f} ms"
                          + (" (uplink)" if timed["held_back"] else "") + f" | {timed['delay_steps']} | "
                          + " | ".join(cells) + " |")
+            if "rerun" in timed:  # the same row trained with its messages in flight on this link
+                again, cells = timed["rerun"], []
+                for s in splits:
+                    ratio = speedup(summary, name, link, s, rerun=True) if s in again["steps"] else None
+                    cells += [_seconds(again["seconds"].get(s), horizon), "-" if ratio is None else f"{ratio:.2f}x"]
+                lines.append(f"| {name}, in flight | | | | {timed['delay_steps']} | " + " | ".join(cells) + " |")
         lines.append("")
-    return "\n".join(lines + reading(summary))
+    return "\n".join(lines + rerun_markdown(summary) + reading(summary))
+
+
+def rerun_tests(summary: dict) -> list[dict]:
+    """Every rerun's final accuracies against the instant run's (:data:`PAIRED`), one per row, link trained under
+    and accuracy: ``row``, ``link``, ``delay``, ``mean_age``, ``key``, the paired difference (``mean``, ``ci95``,
+    ``p``) and ``holm`` (adjusted over all of them)."""
+    reruns = {}  # (row, the link it trained under) -> rerun; links with equal delays share one
+    for name, row in summary["rows"].items():
+        for timed in row["links"].values():
+            if "rerun" in timed:
+                reruns.setdefault((name, timed["rerun"]["link"]), (timed["delay_steps"], timed["rerun"]))
+    tests = []
+    for (name, link), (delay, again) in reruns.items():
+        ages = [p["mean_age"] for p in again["per_seed"] if p.get("mean_age") is not None]
+        tests += [{"row": name, "link": link, "delay": delay, "mean_age": float(np.mean(ages)) if ages else None,
+                   "key": key, **again["vs_instant"][key]} for key in PAIRED
+                  if again["vs_instant"][key]["mean"] is not None]
+    return [t | {"holm": h} for t, h in zip(tests, stats.holm([t["p"] for t in tests]), strict=True)]
+
+
+def rerun_markdown(summary: dict) -> list[str]:
+    """The rows trained again with their messages in flight (:func:`rerun_tests`), a line per comparison."""
+    tests = rerun_tests(summary)
+    if not tests:
+        return []
+    lines = ["## Trained with the messages in flight", "",
+             "Each row below trained again on a link (and on every link with the same delay), same recipe, horizon "
+             "and seeds as the instant run, each message reaching its receivers only after its transfer time "
+             "(`delay`: receiver steps, the median edge; `mean age`: steps between a consumed message's sending and "
+             "its use, mean over seeds). Difference: the rerun's final accuracy minus the instant run's, paired by "
+             "seed, mean and 95 % interval; p: paired t, and Holm-adjusted over the "
+             f"{len(tests)} comparisons of this table. A direction is read only where the adjusted p is below 0.05.",
+             "", "| row | trained on | delay (steps) | mean age (steps) | accuracy | difference [95 % CI] | p | "
+             "Holm p |", "|---|---|---|---|---|---|---|---|"]
+    for t in tests:
+        ci = "-" if t["ci95"] is None else f"[{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]"
+        age = "-" if t["mean_age"] is None else f"{t['mean_age']:.1f}"
+        lines.append(f"| {t['row']} | {t['link']} | {t['delay']} | {age} | {t['key'].replace('_', ' ')} | "
+                     f"{t['mean']:+.1f} {ci} | {_p(t['p'])} | {_p(t['holm'])} |")
+    return lines + [""]
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def reading(summary: dict) -> list[str]:
@@ -206,6 +331,17 @@ def reading(summary: dict) -> list[str]:
             spread = " / ".join("-" if r is None else f"{r:.2f}x" for r in ratios)
             lines.append(f"- {name} ({split}): speed-up over one node {spread} on {' / '.join(links)} (thesis "
                          f"{THESIS_SPEEDUP:.2f}x for 20 nodes sharing true labels, communication free).")
+        reruns = [link for link in links if "rerun" in row["links"][link]]
+        for split in row["steps"] if reruns else ():
+            ratios = [speedup(summary, name, link, split, rerun=True) for link in reruns]
+            lines.append(f"  Trained with its messages in flight ({split}): speed-up "
+                         + " / ".join("-" if r is None else f"{r:.2f}x" for r in ratios)
+                         + f" on {' / '.join(reruns)}.")
+        for t in (t for t in rerun_tests(summary) if t["row"] == name):
+            verdict = ("no difference detected" if t["holm"] is None or t["holm"] >= 0.05 else
+                       "lower" if t["mean"] < 0 else "higher")
+            lines.append(f"  Its final {t['key'].replace('_', ' ')} trained on {t['link']} ({t['delay']} steps in "
+                         f"flight): {verdict} than instant ({t['mean']:+.1f} points, Holm p {_p(t['holm'])}).")
         worst = max(row["links"][link]["uplink_seconds"] for link in links)
         if worst:
             held = [link for link in links if row["links"][link]["held_back"]]

@@ -84,10 +84,7 @@ def frontier_of(config: TimeFrontierConfig, checkpoints: Checkpoints | None, pro
     curves = [c for run, cs in [results.read_run(config.frontier_dir)] + results.read_runs_below(
         config.frontier_dir, experiment=frontier.EXPERIMENT) if pathlib.Path(run["out_dir"]).name not in refused
         for c in cs]
-    fields = {f.name for f in dataclasses.fields(frontier.FrontierConfig)}
-    fcfg = frontier.FrontierConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                         for k, v in summary["config"].items() if k in fields}
-                                      | {"data_dir": config.data_dir})
+    fcfg = results.config_from(frontier.FrontierConfig, summary["config"], data_dir=config.data_dir)
     return summary | {"frontier_config": fcfg}, curves
 
 

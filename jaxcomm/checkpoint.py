@@ -59,6 +59,12 @@ class Checkpointer:
         handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
+    def sub(self, name: str) -> Checkpointer:
+        """The checkpointer of a part of this run (a sweep's run ``r``), in a folder ``name`` below this one, with
+        this one's schedule, resume flag and ``on_save`` (the harness' wall time is recorded by every part)."""
+        return Checkpointer(self.directory / _folder(name), every=self.every, resume=self.resume,
+                            on_save=self.on_save)
+
     def latest_step(self) -> int | None:
         """Steps done at the newest checkpoint, or None."""
         return self._manager.latest_step()

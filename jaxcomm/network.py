@@ -822,6 +822,7 @@ def train_network(
     evaluator: Evaluator | None = None,
     divergence: float | None | ProgramDefault = PROGRAM_DEFAULT,
     donate: bool | None = None,
+    cluster: Any = None,
 ) -> dict:
     """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`jaxcomm.driver.train`).
 
@@ -845,6 +846,8 @@ def train_network(
         program's own watch (:attr:`NodeProgram.divergence`, 100 for a Flax classifier).
       donate: give each chunk's state buffers to the next (one copy of the network on the
         device, see :func:`jaxcomm.driver.train`); None: in a single-process run (:func:`jaxcomm.driver.donation`).
+      cluster: a :class:`jaxcomm.clock.Cluster`: messages spend their transfer time in flight
+        (:func:`make_network`); None: they arrive at once.
 
     Raises:
       jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a node's loss left its
@@ -861,7 +864,7 @@ def train_network(
       no collective decision, its accuracies None).
     """
     network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
-                           num_classes=dataset.num_classes, graph=graph, exchange=exchange)
+                           num_classes=dataset.num_classes, graph=graph, exchange=exchange, cluster=cluster)
     evaluator = evaluator or split_evaluator(dataset, eval_split)
     result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
                           eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,

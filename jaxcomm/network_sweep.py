@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -91,6 +92,7 @@ def train_networks(
     divergence: float | None | network.ProgramDefault = network.PROGRAM_DEFAULT,
     mode: str = "auto",
     donate: bool | None = None,
+    cluster: Any = None,
 ) -> list[dict]:
     """Trains R network runs of one structure as one sweep; each result equals :func:`jaxcomm.network.train_network`'s.
 
@@ -114,6 +116,8 @@ def train_networks(
         from the mean first-step loss over all runs of a "population" sweep).
       mode: one of :data:`MODES`.
       donate: as :func:`jaxcomm.network.train_network` (one copy of the sweep's state on the device).
+      cluster: as :func:`jaxcomm.network.train_network` (messages in flight, every run's own); the delays are
+        the first run's (from its graph's out-degrees at step 0), as :func:`jaxcomm.methods.sweep`'s.
 
     Returns:
       R dicts as :func:`jaxcomm.network.train_network` returns, in the order of
@@ -132,7 +136,7 @@ def train_networks(
     check_structure(configs, graphs)
     first = configs[0]
     net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
-                               num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange)
+                               num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange, cluster=cluster)
     nets = [dataclasses.replace(net, config=c) for c in configs]
     divergence = network.divergence_of(net, divergence)
     evaluator = evaluator or network.split_evaluator(dataset, eval_split)

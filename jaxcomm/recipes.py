@@ -324,3 +324,45 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
         if key in summaries[0]:
             out[key] = summaries[0][key]
     return out | {"seeds": list(seeds), "per_seed": [dict(s) for s in summaries]}
+
+
+def train_seeds(net: network.NetworkConfig, model: nn.Module, dataset: data.ImageDataset, *, name: str,
+                seeds: Sequence[int], checkpoints: Any = None, progress: bool = True, cluster: Any = None) -> dict:
+    """A chapter-2 network trained with every seed as one sweep (:func:`jaxcomm.sweep.train_networks`), on test
+    and validation where the dataset holds one, summarised per seed (:func:`summarize`) and over seeds
+    (:func:`summarize_seeds`).
+
+    Args:
+      net: the network (its seed replaced by each of ``seeds``).
+      name: the run's name: its progress label, its checkpoints' folder, its curves' ``run``.
+      checkpoints: a :class:`jaxcomm.checkpoint.Checkpoints` (the sweep saves and resumes in ``name``), or None.
+      cluster: a :class:`jaxcomm.clock.Cluster`: the messages spend their transfer time in flight.
+
+    Returns:
+      ``summary`` (:func:`summarize_seeds`), ``curves`` (per seed: steps, accuracies of every collective
+      weighting, loss, wall seconds at each evaluation), ``histories``.
+    """
+    from jaxcomm import decision, sweep  # noqa: PLC0415  (the sweep imports orbax's checkpointing: slow)
+
+    eval_split = ("test", "validation") if len(dataset.validation.labels) else "test"
+    outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], model, dataset, eval_split=eval_split,
+                                progress=progress, desc=name, cluster=cluster,
+                                checkpointer=checkpoints.run(name) if checkpoints else None)
+    num_params = bandwidth.model_num_params(model, dataset.train.images.shape[1:])
+    summary = summarize_seeds([summarize(out, num_params=num_params) for out in outs], seeds)
+    curves = [{"run": name, "seed": seed, "nodes": net.num_nodes, "content": net.content,
+               "steps": [h["step"] for h in out["history"]],
+               "avg_accuracy": [round(h["avg_accuracy"], 3) for h in out["history"]],
+               "collective_accuracy": {w: [round(h["collective_accuracy"][w], 3) for h in out["history"]]
+                                       for w in decision.WEIGHTINGS},
+               "loss": [round(h["loss"], 4) for h in out["history"]],
+               "seconds": [round(h["seconds"], 1) for h in out["history"]],
+               **({"validation_avg_accuracy": [round(h["validation"]["avg_accuracy"], 3) for h in out["history"]],
+                   "validation_collective_accuracy": [round(h["validation"]["collective_accuracy"]["negentropy"], 3)
+                                                      for h in out["history"]]}
+                  if eval_split != "test" else {})}
+              for seed, out in zip(seeds, outs, strict=True)]
+    print(f"[{name}] N={net.num_nodes} {net.content}, {len(seeds)} seeds: avg {summary['avg_accuracy']:.1f} "
+          f"(sd {summary['avg_accuracy_sd']:.1f}) collective {summary['collective_accuracy']:.1f} "
+          f"(sd {summary['collective_accuracy_sd']:.1f}) in {summary['seconds']:.0f} s", flush=True)
+    return {"summary": summary, "curves": curves, "histories": [out["history"] for out in outs]}

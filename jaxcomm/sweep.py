@@ -165,8 +165,7 @@ def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequen
     if mode == "sequential":
         out = []
         for r, (system, state, seed) in enumerate(zip(systems, states, seeds, strict=True)):
-            ckpt = (Checkpointer(checkpointer.directory / f"run_{r}", every=checkpointer.every,
-                                 resume=checkpointer.resume) if checkpointer is not None else None)
+            ckpt = checkpointer.sub(f"run_{r}") if checkpointer is not None else None
             try:
                 result = driver.train(system._replace(init=lambda key, state=state: state), data_of_run(data, axes, r),
                                       num_steps=num_steps,

@@ -281,3 +281,37 @@ def test_report_redraws_a_runs_table_from_its_summary_and_notes(tmp_path, capsys
     assert benchmark.main(["report", str(tmp_path / "missing")]) == 2
     assert f"benchmark: error: no run to report in {tmp_path / 'missing'} (no summary.json)" in \
         capsys.readouterr().err
+
+
+def test_a_sweep_row_times_the_mode_auto_passed_over_and_the_table_shows_it():
+    """Issue 37: each sweep row's arms are one by one, the sweep under mode="auto", and the other mode; a refused
+    other mode (an eager loop cannot be a population) is recorded, not a failed row."""
+    row = bench.SweepRow("student", 2, 3, 6, 3)
+    seconds = {"one_by_one": 30.0, "sweep": 20.0, "sequential": 16.0}
+    asked = []
+
+    def child(args, timeout):
+        arm = args[2]
+        asked.append(arm)
+        if arm == "population":
+            return subprocess.CompletedProcess(args, 1, "", "ValueError: an 'eager' step loop runs one call per node")
+        out = {"seconds": seconds[arm], "mode": "population" if arm == "sweep" else None, "counters": [1, 2],
+               "avg_accuracy": [50.0, 51.0], "peak_rss_mb": 100.0}
+        return subprocess.CompletedProcess(args, 0, json.dumps(out) + "\n", "")
+
+    measured = bench.run_sweeps([row], 60, child=child)[row.name]
+    assert asked == ["one_by_one", "sweep", "sequential"]
+    assert measured["other_mode"] == "sequential" and measured["other_mode_s"] == 16.0
+    assert measured["speedup"] == pytest.approx(1.5)
+    table = benchmark_report.format_table(_summary(sweeps={row.name: measured}))
+    assert "| student_r2_n3 | 2 x 3 | 6 | population | 20.0 | 30.0 | 1.50x | 16.0 (sequential, 1.25x) | yes | 0 |" \
+        in table
+
+    seconds["sweep"], seconds["population"] = 20.0, None
+    refused = bench.run_sweeps([row], 60, child=lambda args, t: (
+        child(args, t) if args[2] != "sequential" else child([*args[:2], "population"], t)))[row.name]
+    assert "other_mode_s" not in refused and "eager" in refused["other_mode_error"]
+    assert "failed (sequential)" in benchmark_report.format_table(_summary(sweeps={row.name: refused}))
+    # a summary from before these arms draws its table without the column
+    old = {k: v for k, v in measured.items() if not k.startswith("other_mode")}
+    assert "other mode s" not in benchmark_report.format_table(_summary(sweeps={row.name: old}))

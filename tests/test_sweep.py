@@ -137,12 +137,17 @@ def test_an_interrupted_sweep_resumes_bit_identically(tiny_dataset, tmp_path, mo
             raise KeyboardInterrupt
         return accuracy(net, state, done)
 
+    saves = []  # the harness records its wall time at every save, of every run of a sequential sweep too
     with pytest.raises(driver.Interrupted, match="after 4 steps"):
         sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode, evaluator=interrupt_at_8,
-                             checkpointer=checkpoint.Checkpointer(tmp_path, every=100))
+                             checkpointer=checkpoint.Checkpointer(tmp_path, every=100,
+                                                                  on_save=lambda: saves.append(1)))
+    assert saves == [1]  # the one save on the interrupt (the first run's, run by run)
     resumed = sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode,
-                                   checkpointer=checkpoint.Checkpointer(tmp_path, every=100, resume=True))
+                                   checkpointer=checkpoint.Checkpointer(tmp_path, every=100, resume=True,
+                                                                        on_save=lambda: saves.append(2)))
     assert resumed[0]["resumed_from"] == 4
+    assert saves[1:] == [2] * (1 if mode == "population" else 2)  # at the end: the population, or each run
     for got, want in zip(resumed, whole, strict=True):
         for a, b in zip(got["history"], want["history"], strict=True):
             assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}

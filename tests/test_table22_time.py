@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from experiments import table22_time as t22
@@ -73,3 +74,47 @@ def test_the_command_line_writes_the_table(outputs, tmp_path):
     table = (out_dir / "table.md").read_text()
     assert "## wan_100m: 0.1 Gbit/s, 40 ms" in table
     assert "| 4_nodes_true_labels | 125,000 | 10.00 ms | 15.00 ms | 4 | 4.5 s | 1.00x | 4.5 s | 1.00x |" in table
+
+
+@pytest.fixture(scope="module")
+def chapter2_run(tmp_path_factory):
+    """A smoke chapter-2 run of two rows (one node; 10 nodes sharing true labels), 2 seeds, 20 steps."""
+    from experiments import outputs_exchange
+
+    out = tmp_path_factory.mktemp("outputs_exchange")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAXCOMM_NO_REPORT", "1")
+        assert outputs_exchange.cli(["--preset", "smoke", "--out", str(out), "studies=",
+                                     "rows=1_node_no_sharing,10_nodes_true_labels"]) == 0
+    return out
+
+
+def test_a_row_trained_again_with_its_messages_in_flight_is_paired_with_the_instant_run(chapter2_run, tmp_path):
+    out_dir = tmp_path / "t22"
+    assert t22.cli(["--out", str(out_dir), f"outputs_dir={chapter2_run}", "links=instant,lan_1g,wan_100m",
+                    "rerun=10_nodes_true_labels", "seconds_per_step=0.02"]) == 0
+    summary = json.loads((out_dir / "summary.json").read_text())
+    instant = json.loads((chapter2_run / "summary.json").read_text())["rows"]["10_nodes_true_labels"]
+    row = summary["rows"]["10_nodes_true_labels"]
+    assert "rerun" not in row["links"]["instant"] and "rerun" not in summary["rows"]["1_node_no_sharing"]["links"][
+        "wan_100m"]
+    for link in ("lan_1g", "wan_100m"):
+        spec = clock.LINKS[link]
+        # a broadcast to the 9 others leaves the uplink one copy after another: 9 x bytes / bandwidth + latency,
+        # in whole receiver steps of 20 ms
+        seconds = 9 * instant["message_bytes"] / spec.bandwidth + spec.latency
+        assert row["links"][link]["delay_steps"] == int(np.ceil(seconds / 0.02 - 1e-9)) >= 1
+        again = row["links"][link]["rerun"]
+        assert again["link"] == link and [p["seed"] for p in again["per_seed"]] == instant["seeds"]
+        # a consumed message waited at least its delay
+        assert all(p["mean_age"] >= row["links"][link]["delay_steps"] for p in again["per_seed"])
+        diffs = [p["collective_accuracy"] - q["collective_accuracy"]
+                 for p, q in zip(again["per_seed"], instant["per_seed"], strict=True)]
+        assert again["vs_instant"]["collective_accuracy"]["mean"] == pytest.approx(np.mean(diffs))
+    assert row["links"]["lan_1g"]["delay_steps"] < row["links"]["wan_100m"]["delay_steps"]  # two runs, not one
+    curves = [json.loads(line) for line in (out_dir / "curves.jsonl").read_text().splitlines()]
+    assert sorted((c["link"], c["seed"]) for c in curves) == [(link, s) for link in ("lan_1g", "wan_100m")
+                                                              for s in instant["seeds"]]
+    table = (out_dir / "table.md").read_text()
+    assert "## Trained with the messages in flight" in table and "| 10_nodes_true_labels, in flight |" in table
+    assert "Holm-adjusted over the 6 comparisons" in table  # 2 links x 3 accuracies

@@ -154,21 +154,29 @@ def zoo_name(spec: str) -> str:
     return zoo.parse(spec).name
 
 
+SWEEP_ARMS = ("one_by_one", "sweep", "population", "sequential")
+"""A sweep row's arms: its runs one by one, swept under ``mode="auto"``, or swept in a named mode."""
+
+
 def measure_sweep(row: SweepRow, arm: str) -> dict:
-    """Wall clock from the call to the results of ``row``'s R runs: as one sweep, or one by one. A method's sweep
-    (``row.method``) reports its ledger's bytes as its counters."""
+    """Wall clock from the call to the results of ``row``'s R runs: one by one, or swept (``arm`` "sweep": in the
+    mode ``"auto"`` picks; "population" or "sequential": in that one). A method's sweep (``row.method``) reports
+    its ledger's bytes as its counters."""
+    if arm not in SWEEP_ARMS:
+        raise ValueError(f"arm must be one of {SWEEP_ARMS}, got {arm!r}")
     from jaxcomm import methods, network, sweep, zoo
 
     model, dataset = model_and_data(row.workload)
     configs = [network.NetworkConfig(num_nodes=row.num_nodes, num_steps=row.num_steps, eval_every=row.eval_every,
                                      seed=seed) for seed in range(row.runs)]
+    mode = "auto" if arm == "sweep" else arm
     start = time.perf_counter()
     if row.method:
         method = zoo.parse(row.method)
-        results = (methods.sweep(method, configs, model, dataset, progress=False) if arm == "sweep" else
-                   [methods.train(method, c, model, dataset, progress=False) for c in configs])
-    elif arm == "sweep":
-        results = sweep.train_networks(configs, model, dataset, progress=False)
+        results = ([methods.train(method, c, model, dataset, progress=False) for c in configs] if arm == "one_by_one"
+                   else methods.sweep(method, configs, model, dataset, progress=False, mode=mode))
+    elif arm != "one_by_one":
+        results = sweep.train_networks(configs, model, dataset, progress=False, mode=mode)
     else:
         results = [network.train_network(c, model, dataset, progress=False) for c in configs]
     seconds = time.perf_counter() - start
@@ -195,6 +203,12 @@ def run_sweeps(selected: list[SweepRow], timeout: int, results: dict | None = No
             results[row.name] = arms
             continue
         one, together = arms["one_by_one"], arms["sweep"]
+        # the mode "auto" passed over, timed too: whether the rule picked the faster one (issue 37)
+        other_mode = "sequential" if together["mode"] == "population" else "population"
+        proc = child(["--measure-sweep", json.dumps(dataclasses.asdict(row)), other_mode], timeout)
+        other = ({"other_mode_s": json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]} if not proc.returncode
+                 else {"other_mode_error": proc.stderr.strip().splitlines()[-1][-300:] if proc.stderr.strip()
+                       else f"exit status {proc.returncode}"})
         results[row.name] = {
             **dataclasses.asdict(row), "mode": together["mode"], "sweep_s": together["seconds"],
             "one_by_one_s": one["seconds"], "speedup": one["seconds"] / together["seconds"],
@@ -202,11 +216,17 @@ def run_sweeps(selected: list[SweepRow], timeout: int, results: dict | None = No
             "counters_equal": one["counters"] == together["counters"],
             "max_accuracy_difference": max(abs(a - b) for a, b in
                                            zip(one["avg_accuracy"], together["avg_accuracy"], strict=True)),
-            "sweep_peak_rss_mb": together["peak_rss_mb"], "one_by_one_peak_rss_mb": one["peak_rss_mb"]}
+            "sweep_peak_rss_mb": together["peak_rss_mb"], "one_by_one_peak_rss_mb": one["peak_rss_mb"],
+            "other_mode": other_mode, **other}
         r = results[row.name]
         print(f"{row.name:>16}: sweep ({r['mode']}) {r['sweep_s']:.1f} s, one by one {r['one_by_one_s']:.1f} s: "
-              f"{r['speedup']:.2f}x; counters equal: {r['counters_equal']}", flush=True)
+              f"{r['speedup']:.2f}x; {other_mode} {_seconds(r.get('other_mode_s'))}; counters equal: "
+              f"{r['counters_equal']}", flush=True)
     return results
+
+
+def _seconds(seconds: float | None) -> str:
+    return "failed" if seconds is None else f"{seconds:.1f} s"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -93,6 +93,16 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -
     return path
 
 
+def config_from(cls: type, saved: Mapping[str, Any], **changes: Any) -> Any:
+    """The config dataclass ``cls`` rebuilt from a summary's ``config`` (JSON's lists back into tuples, nested
+    too), with ``changes``; fields ``cls`` no longer has (a summary of older code) are left out."""
+    def tuples(value: Any) -> Any:
+        return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: tuples(v) for k, v in saved.items() if k in fields} | changes)
+
+
 def read_run(out_dir: str | os.PathLike) -> tuple[dict, list[dict]]:
     """``(summary, curves)`` of a results folder: what :func:`write_summary` and :func:`write_jsonl` wrote,
     the summary with its folder as ``out_dir``."""

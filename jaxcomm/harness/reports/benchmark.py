@@ -130,22 +130,35 @@ def _cold_table(rows: dict) -> list[str]:
 
 
 def _sweeps_table(sweeps: dict) -> list[str]:
+    other = any("other_mode" in r for r in sweeps.values())  # summaries before issue 37's both-modes arms lack it
     lines = ["", "Sweeps: R networks of N nodes (seeds 0..R-1, true labels over a ring), wall clock from the "
               "call to the results (compilation and evaluations included), as one `jaxcomm.sweep.train_networks` "
               "against R `train_network` calls one by one, each arm in a fresh process. `counters equal`: the "
               "sweep reproduced every run's message counters exactly. Rows named after a method (e.g. "
               "`diloco_h50_...`) sweep that method (`jaxcomm.methods.sweep` against R `jaxcomm.methods.train` calls); "
-              "their counters are the byte ledger's records.", "",
-              "| sweep | runs x nodes | steps | mode | sweep s | one by one s | speed-up | counters equal |"
-              " max accuracy diff (pts) |", "|---|" + "---|" * 8]
+              "their counters are the byte ledger's records." + (
+                  " `other mode s`: the same sweep in the mode `mode=\"auto\"` did not pick (population or "
+                  "sequential), in a process of its own, and the picked mode's seconds over it (above 1x: the mode "
+                  "passed over was the faster)." if other else ""), "",
+              "| sweep | runs x nodes | steps | mode | sweep s | one by one s | speed-up |"
+              + (" other mode s |" if other else "") + " counters equal | max accuracy diff (pts) |",
+              "|---|" + "---|" * (9 if other else 8)]
     for name, r in sweeps.items():
         if "error" in r:
-            lines.append(f"| {name} | failed |" + " |" * 7)
+            lines.append(f"| {name} | failed |" + " |" * (8 if other else 7))
             continue
         lines.append(f"| {name} | {r['runs']} x {r['num_nodes']} | {r['num_steps']} | {r['mode']} | "
                      f"{r['sweep_s']:.1f} | {r['one_by_one_s']:.1f} | {r['speedup']:.2f}x | "
-                     f"{'yes' if r['counters_equal'] else 'NO'} | {r['max_accuracy_difference']:.2g} |")
+                     + (f"{_other_mode(r)} | " if other else "")
+                     + f"{'yes' if r['counters_equal'] else 'NO'} | {r['max_accuracy_difference']:.2g} |")
     return lines
+
+
+def _other_mode(row: dict) -> str:
+    """The other mode's seconds, its name, and its speed against the picked one (">1x": the pick was slower)."""
+    if "other_mode_s" in row:
+        return f"{row['other_mode_s']:.1f} ({row['other_mode']}, {row['sweep_s'] / row['other_mode_s']:.2f}x)"
+    return f"failed ({row['other_mode']})" if "other_mode" in row else "-"
 
 
 def _scale_table(scale: dict) -> list[str]:
