@@ -13,7 +13,7 @@ backend) and the state's memory per node. ``eager`` is the engine's own per-node
 loop "eager": one compiled call per node inside the engine's step, inbox and all, node states held apart
 within a chunk of steps), a candidate of ``backend="auto"`` like the others.
 
-    python experiments/benchmark.py                  # the full table and the sweeps, ~65 min on 2 CPU cores
+    python experiments/benchmark.py                  # the full table and the sweeps, 1-2 h on 2 CPU cores
     python experiments/benchmark.py --quick          # N <= 8, a minute (smoke test)
     python experiments/benchmark.py --only cnn_n10   # one row
 
@@ -116,7 +116,7 @@ class Row:
 
 
 SUITES = ("full", "quick", "gpu")
-"""``full``: the CPU table (~65 min on 2 cores); ``quick``: N <= 8, a minute; ``gpu``: an accelerator's table, its
+"""``full``: the CPU table (1-2 h on 2 cores); ``quick``: N <= 8, a minute; ``gpu``: an accelerator's table, its
 four sweeps and its scale suite (module docstring)."""
 
 

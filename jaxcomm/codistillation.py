@@ -172,8 +172,7 @@ def codistillation(refresh_every: int, *, weight: float = 1.0, name: str | None 
         return make_codistillation(config, model, image_shape=image_shape, num_classes=num_classes,
                                    refresh_every=refresh_every, weight=weight)
 
-    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation",
-                          sweep_mode="sequential")
+    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation")
 
 
 def train_codistillation(

@@ -93,10 +93,10 @@ class Method(NamedTuple):
         and period); None: nothing.
       check: ``check(configs)``: raises ValueError naming a field the runs of a sweep may not vary; None:
         :func:`check_runs` (only ``per_run`` fields).
-      sweep_mode: what :func:`sweep` runs under ``mode="auto"``: "auto" follows the nodes
-        (:func:`jaxcomm.sweep.choose_mode`); "sequential" or "population" where measured faster for this method
-        (local SGD / DiLoCo and codistillation run their rounds faster run by run than vmapped over runs:
-        ``results/benchmark/sweep_modes/``).
+      sweep_mode: what :func:`sweep` runs under ``mode="auto"``: "auto" follows the device and the nodes
+        (:func:`jaxcomm.sweep.choose_mode`: run by run on a CPU); "sequential" or "population" where measured
+        faster for this method (synchronous SGD, one shared model per run, as one population:
+        ``results/benchmark/sweep_arms/``).
     """
 
     name: str
@@ -226,9 +226,8 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
       method: the method.
       configs: the R runs; they may differ in ``method.per_run`` fields only (else ValueError naming the field).
       mode: "population" (one population of R x N nodes, the step vmapped over runs), "sequential" (run by run,
-        one compiled step), or "auto": the method's ``sweep_mode`` where it names one, else run by run under the
-        "unrolled" and "loop" backends (CPU convolutions) and one population otherwise
-        (:func:`jaxcomm.sweep.choose_mode`).
+        one compiled step), or "auto": the method's ``sweep_mode`` where it names one, else run by run on a CPU
+        and one population on an accelerator (:func:`jaxcomm.sweep.choose_mode`).
       eval_split, progress, desc, checkpointer, divergence, donate, cluster: as :func:`train`.
 
     Returns:

@@ -23,16 +23,19 @@ Two ways to run a sweep, each equal to the runs alone (tested):
   10-node network leaves 97-99 % idle, and on CPU pays compilation, dispatch and
   evaluation set-up once.
 * ``"sequential"``: run after run through :func:`jaxcomm.driver.train`, sharing
-  one compiled step (settings and shards are arguments, not constants). For
-  convolutional nodes on CPU, where the node backend is an unrolled loop or the
-  eager per-node loop, and vmapping convolutions turns them into slow grouped
-  convolutions.
+  one compiled step (settings and shards are arguments, not constants).
 
-``mode="auto"`` follows what the nodes compute: "sequential" for convolutional
-nodes on a CPU (but under the "patches" backend, whose convolutions are batched
-matmuls) and for the eager step loop, else "population" (a small MLP whose
-backend timing picked "unrolled" by a hair still sweeps as one population).
-Without a family, the node backend decides: "sequential" under "unrolled"/"loop".
+``mode="auto"`` follows the device and what the nodes compute: "sequential" on a
+CPU, where one run's nodes already keep the cores busy and a population of R x N
+only makes every array R times larger (measured on 2 cores, each arm a fresh
+process: 16 student networks of 10 nodes 40.6 s run by run against 54.4 s as one
+population, ``results/benchmark/sweep_arms/``; CNN nodes, whose vmapped
+convolutions become slow grouped ones, the more so),
+and for the eager step loop anywhere; "population" on an accelerator (one H100 ran
+CNN sweeps 1.2-1.8x faster as one population). Without a family, the node backend
+decides off the CPU: "sequential" under "unrolled"/"loop". A method whose runs
+share one model per run (synchronous SGD) names "population" itself
+(:attr:`jaxcomm.methods.Method.sweep_mode`).
 
 References:
   Lacaille (2018), §2.3 (Table 2.1: six rows, here times seeds).
@@ -52,7 +55,6 @@ from jaxcomm.checkpoint import Checkpointer
 
 MODES = ("auto", "population", "sequential")
 SEQUENTIAL_BACKENDS = ("unrolled", "loop")
-BATCHED_CONV_BACKENDS = ("patches",)  # convolutions as batched matmuls: conv nodes sweep as one population on CPU
 _ADAPTER = ("train_networks", "check_structure", "PER_RUN", "GRAPH_FIELDS", "Graph")
 
 
@@ -68,16 +70,13 @@ def __getattr__(name: str):
 
 def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan", family: str | None = None) -> str:
     """"population" or "sequential" for nodes of speed ``family`` (:func:`jaxcomm.speed.family_of`; None: the node
-    ``backend`` decides) under ``backend`` (see the module docstring); an "eager" ``step_loop`` sweeps only run by
-    run."""
+    ``backend`` decides off the CPU) under ``backend`` (see the module docstring): run by run on a CPU and for an
+    "eager" ``step_loop``, as one population on an accelerator."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "auto":
-        if family is None:
-            sequential = backend in SEQUENTIAL_BACKENDS
-        else:
-            sequential = step_loop == "eager" or (family == "conv" and jax.default_backend() == "cpu"
-                                                  and backend not in BATCHED_CONV_BACKENDS)
+        sequential = (step_loop == "eager" or jax.default_backend() == "cpu"
+                      or (family is None and backend in SEQUENTIAL_BACKENDS))
         mode = "sequential" if sequential else "population"
     if mode == "population" and step_loop == "eager":
         raise ValueError("an 'eager' step loop runs one compiled call per node, op by op around them: a sweep of it "

@@ -133,10 +133,11 @@ METHODS = {"sync": lambda: data_parallel.sync_sgd(), "top_k": lambda: data_paral
            "true_labels": lambda: network.output_sharing(exchange.true_labels())}
 
 
-# Every method as one population; run by run (the same generic path for every method) for two of them: DiLoCo by
-# its own choice under "auto" (local SGD and codistillation sweep run by run: results/benchmark/sweep_modes/).
+# Every method as one population; run by run (the same generic path for every method) for two of them: DiLoCo
+# under "auto" (run by run on the CPU), output sharing when asked; sync SGD as one population under "auto" (its own
+# choice: one model per run; results/benchmark/sweep_arms/).
 @pytest.mark.parametrize("name, mode, ran", [*((name, "population", "population") for name in sorted(METHODS)),
-                                             ("diloco", "auto", "sequential"),
+                                             ("diloco", "auto", "sequential"), ("sync", "auto", "population"),
                                              ("true_labels", "sequential", "sequential")])
 def test_a_sweep_of_any_method_equals_its_runs_alone(tiny_dataset, name, mode, ran):
     method = METHODS[name]()

@@ -213,11 +213,16 @@ def test_a_diverging_run_is_named_by_run_and_node(tiny_dataset):
     assert any("in the sweep: run 1" in note for note in stop.value.__notes__)
 
 
-def test_auto_mode_follows_what_the_nodes_compute():
-    assert sweep.choose_mode("unrolled", "auto", "dispatch", "mlp") == "population"  # a hair faster unrolled
-    assert sweep.choose_mode("unrolled", "auto", "dispatch", "conv") == "sequential"  # CPU convolutions
-    assert sweep.choose_mode("loop", "auto", "eager", "wide_mlp") == "sequential"
+def test_auto_mode_runs_run_by_run_on_a_cpu_and_as_one_population_on_an_accelerator(monkeypatch):
+    for backend, loop, family in [("vmap", "scan", "mlp"), ("patches", "dispatch", "conv"), ("vmap", "scan", None),
+                                  ("unrolled", "dispatch", "conv")]:
+        assert sweep.choose_mode(backend, "auto", loop, family) == "sequential"  # the CPU these tests run on
+    monkeypatch.setattr(sweep.jax, "default_backend", lambda: "gpu")
+    assert sweep.choose_mode("vmap", "auto", "scan", "mlp") == "population"
+    assert sweep.choose_mode("unrolled", "auto", "dispatch", "conv") == "population"
+    assert sweep.choose_mode("loop", "auto", "eager", "wide_mlp") == "sequential"  # one call per node: never vmapped
     assert sweep.choose_mode("unrolled", "auto", "scan") == "sequential"  # no family: the backend decides
     assert sweep.choose_mode("vmap", "auto", "scan") == "population"
+    assert sweep.choose_mode("vmap", "sequential", "scan", "mlp") == "sequential"  # asked for: kept
     with pytest.raises(ValueError, match="eager"):
         sweep.choose_mode("loop", "population", "eager", "mlp")
