@@ -1,0 +1,58 @@
+"""A finished part of the running 5,000-step studies as a run of its own: its trained checkpoints copied into a
+new folder whose config selects only those points, then resumed there (each run restores at its last step, no
+training), so the part gets its summary, table and plots. From the repository root:
+
+    python results/outputs_exchange/studies_5000/part.py NAME POINTS   # POINTS comma-separated, e.g. tau=1,tau=4
+"""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+SRC = pathlib.Path("runs/outputs_exchange/studies_5000_10nodes/checkpoints")  # the long run's, from the repository root
+name, points = sys.argv[1], sys.argv[2]
+out = pathlib.Path(f"runs/outputs_exchange/{name}")  # moved into results/outputs_exchange/studies_5000/ afterwards
+args = ["--preset", "cpu", "rows=10_nodes_no_sharing,10_nodes_true_labels", "time_budget_s=0", "study_steps=5000",
+        "study_eval_every=500", f"study_points={points}"]
+sys.path.insert(0, "experiments")
+import outputs_exchange as ox  # noqa: E402
+
+from jaxcomm.harness import cli  # noqa: E402
+
+config = cli.apply_overrides(ox.cpu_config(), args[2:])
+# the runs this selection trains, named as the full run named them (rows, then study points in order)
+src_state = json.loads((SRC / "config.json").read_text())
+full = cli.apply_overrides(ox.cpu_config(),
+                           [*args[2:-1], "study_points=" + ",".join(src_state["config"]["study_points"])])
+names = {}
+for cfg in (full, config):
+    done, i = {}, 0
+    for row in cfg.rows:
+        n, c = ox.ROWS[row]
+        done[(cfg.network(n, c, steps=cfg.num_steps, eval_every=cfg.eval_every), cfg.widths)] = row
+    for _, _, _, kw in ox.study_runs(cfg):
+        kw = dict(kw)
+        net = cfg.network(kw.pop("num_nodes"), kw.pop("content"), steps=cfg.study_steps,
+                          eval_every=cfg.study_eval_every, **kw)
+        if (net, cfg.study_widths) not in done:
+            done[(net, cfg.study_widths)] = f"study_{i}_n{net.num_nodes}_{net.content}"
+            i += 1
+    names[cfg is config] = done
+wanted = names[True]
+for key, run in wanted.items():
+    assert names[False][key] == run, (run, names[False][key])  # same name in the full run: same training
+    assert (SRC / run).is_dir(), run
+(out / "checkpoints").mkdir(parents=True, exist_ok=False)
+seconds = 0.0
+for run in wanted.values():
+    shutil.copytree(SRC / run, out / "checkpoints" / run)
+    for meta in sorted((SRC / run).glob("run_*/5000/meta/metadata")):
+        seconds += json.loads(meta.read_text())["seconds"]
+    assert len(list((SRC / run).glob("run_*/5000"))) == config.num_seeds, f"{run} has not finished"
+state = {"preset": "cpu", "config": cli._plain(config), "git_commit": src_state["git_commit"],
+         "command": "python experiments/outputs_exchange.py " + " ".join(args) + f" --out {out}",
+         # the training seconds of the copied runs (their checkpoints' own), not the full run's wall clock
+         "wall_seconds": seconds, "copied_from": str(SRC.parent), "copied_from_command": src_state["command"]}
+(out / "checkpoints" / "config.json").write_text(json.dumps(state, indent=1) + "\n")
+sys.exit(subprocess.call([sys.executable, "experiments/outputs_exchange.py", *args, "--out", str(out), "--resume"]))
