@@ -169,7 +169,8 @@ def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequen
                 result = driver.train(system._replace(init=lambda key, state=state: state), data_of_run(data, axes, r),
                                       num_steps=num_steps,
                                       eval_every=eval_every, key=jax.random.PRNGKey(seed), progress=progress,
-                                      desc=f"{desc or 'sweep'} run {r + 1}" if len(states) > 1 else desc, checkpointer=ckpt,
+                                      desc=f"{desc or 'sweep'} run {r + 1}" if len(states) > 1 else desc,
+                                      checkpointer=ckpt,
                                       divergence=divergence, donate=donate)
             except driver.LossStop as stop:
                 stop.add_note(f"in the sweep: run {r}")
