@@ -121,6 +121,10 @@ def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
     check_classifier(model, image_shape)
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
 
+    # One compiled program: op by op, a model's init compiles each initializer's ops eagerly (seconds for the
+    # student MLP, ~10 s for the CNN on a CPU) and dispatches them again for every run; jitted, the same bits
+    # (tests/test_classifier.py) in milliseconds once compiled.
+    @jax.jit
     def init_node(key: jax.Array) -> population.NodeState:
         variables = dict(model.init(key, dummy))
         params = variables.pop("params")
