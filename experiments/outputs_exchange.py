@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from jaxcomm import data, recipes, stats
+from jaxcomm import data, network, recipes, stats
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import results
@@ -234,6 +234,30 @@ def study_runs(config: OutputsExchangeConfig, *, select: bool = True) -> list[tu
     return sorted(ordered, key=lambda point: point[3]["num_nodes"] > 20)
 
 
+def study_network(config: OutputsExchangeConfig, kwargs: dict) -> network.NetworkConfig:
+    """The network of a study point (``kwargs`` of :func:`study_runs`)."""
+    kwargs = dict(kwargs)
+    return config.network(kwargs.pop("num_nodes"), kwargs.pop("content"), steps=config.study_steps,
+                          eval_every=config.study_eval_every, **kwargs)
+
+
+def run_names(config: OutputsExchangeConfig) -> dict[tuple, str]:
+    """``(network, channels) -> run name`` of every run ``config`` trains, in order: its rows under their names, then
+    each distinct study network as ``study_{i}_n{N}_{content}`` (a point equal to a row or an earlier point reuses
+    that run). The names key the runs' checkpoints, so a part of a run can be copied out by name (see
+    ``results/outputs_exchange/studies_5000/part.py``)."""
+    names: dict[tuple, str] = {}
+    for row in config.rows:
+        n, content = ROWS[row]
+        names.setdefault((config.network(n, content, steps=config.num_steps, eval_every=config.eval_every),
+                          config.widths), row)
+    rows = len(names)
+    for _, _, _, kwargs in study_runs(config):
+        net = study_network(config, kwargs)
+        names.setdefault((net, config.study_widths), f"study_{len(names) - rows}_n{net.num_nodes}_{net.content}")
+    return names
+
+
 def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
     """Trains the rows, then the studies; returns ``rows``, ``studies`` and ``curves``."""
     start = time.perf_counter()
@@ -261,10 +285,9 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
     skipped: list[str] = []
     study_model = config.model(dataset.num_classes, widths=config.study_widths)
     seconds_per_node_step, last_nodes = 0.0, 1
+    names = run_names(config)
     for study, label, x, kwargs in study_runs(config):
-        kwargs = dict(kwargs)
-        net = config.network(kwargs.pop("num_nodes"), kwargs.pop("content"), steps=config.study_steps,
-                             eval_every=config.study_eval_every, **kwargs)
+        net = study_network(config, kwargs)
         key = (net, config.study_widths)
         if key not in done:
             # Per node-step cost grows with N on a CPU (measured 1.5x from 10 to 20 CNN nodes): N^0.6.
@@ -274,9 +297,8 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
                 skipped.append(f"{study} {label} (estimated {estimate:.0f} s, over the time budget)")
                 print(f"skipped {study} {label}: estimated {estimate:.0f} s, over the time budget", flush=True)
                 continue
-            name = f"study_{len(done) - len(rows)}_n{net.num_nodes}_{net.content}"
-            done[key] = recipes.train_seeds(net, study_model, dataset, name=name, seeds=seeds, checkpoints=checkpoints,
-                              progress=progress)
+            done[key] = recipes.train_seeds(net, study_model, dataset, name=names[key], seeds=seeds,
+                                            checkpoints=checkpoints, progress=progress)
             curves += [{"kind": "study", **curve} for curve in done[key]["curves"]]
             seconds_per_node_step = done[key]["summary"]["seconds"] / (net.num_nodes * net.num_steps * len(seeds))
             last_nodes = net.num_nodes

@@ -25,20 +25,7 @@ config = cli.apply_overrides(ox.cpu_config(), args[2:])
 src_state = json.loads((SRC / "config.json").read_text())
 full = cli.apply_overrides(ox.cpu_config(),
                            [*args[2:-1], "study_points=" + ",".join(src_state["config"]["study_points"])])
-names = {}
-for cfg in (full, config):
-    done, i = {}, 0
-    for row in cfg.rows:
-        n, c = ox.ROWS[row]
-        done[(cfg.network(n, c, steps=cfg.num_steps, eval_every=cfg.eval_every), cfg.widths)] = row
-    for _, _, _, kw in ox.study_runs(cfg):
-        kw = dict(kw)
-        net = cfg.network(kw.pop("num_nodes"), kw.pop("content"), steps=cfg.study_steps,
-                          eval_every=cfg.study_eval_every, **kw)
-        if (net, cfg.study_widths) not in done:
-            done[(net, cfg.study_widths)] = f"study_{i}_n{net.num_nodes}_{net.content}"
-            i += 1
-    names[cfg is config] = done
+names = {cfg is config: ox.run_names(cfg) for cfg in (full, config)}
 wanted = names[True]
 for key, run in wanted.items():
     assert names[False][key] == run, (run, names[False][key])  # same name in the full run: same training
