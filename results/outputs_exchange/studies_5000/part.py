@@ -21,22 +21,18 @@ import outputs_exchange as ox  # noqa: E402
 from jaxcomm.harness import cli  # noqa: E402
 
 config = cli.apply_overrides(ox.cpu_config(), args[2:])
-# the runs this selection trains, named as the full run named them (rows, then study points in order)
 src_state = json.loads((SRC / "config.json").read_text())
 full = cli.apply_overrides(ox.cpu_config(),
                            [*args[2:-1], "study_points=" + ",".join(src_state["config"]["study_points"])])
-names = {cfg is config: ox.run_names(cfg) for cfg in (full, config)}
-wanted = names[True]
-for key, run in wanted.items():
-    assert names[False][key] == run, (run, names[False][key])  # same name in the full run: same training
-    assert (SRC / run).is_dir(), run
+full_names, wanted = ox.run_names(full), ox.run_names(config)  # the selection names its runs afresh (study_0, ...)
 (out / "checkpoints").mkdir(parents=True, exist_ok=False)
 seconds = 0.0
-for run in wanted.values():
-    shutil.copytree(SRC / run, out / "checkpoints" / run)
-    for meta in sorted((SRC / run).glob("run_*/5000/meta/metadata")):
+for key, run in wanted.items():
+    src = SRC / full_names[key]  # the same network in the full run: the same training
+    assert len(list(src.glob("run_*/5000"))) == config.num_seeds, f"{src.name} has not finished"
+    shutil.copytree(src, out / "checkpoints" / run)
+    for meta in sorted(src.glob("run_*/5000/meta/metadata")):
         seconds += json.loads(meta.read_text())["seconds"]
-    assert len(list((SRC / run).glob("run_*/5000"))) == config.num_seeds, f"{run} has not finished"
 state = {"preset": "cpu", "config": cli._plain(config), "git_commit": src_state["git_commit"],
          "command": "python experiments/outputs_exchange.py " + " ".join(args) + f" --out {out}",
          # the training seconds of the copied runs (their checkpoints' own), not the full run's wall clock
