@@ -431,8 +431,7 @@ def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO, de
                family: str | None = None, platform: str | None = None) -> list[tuple[str, str]]:
     """The (backend, step loop) pairs "auto" may pick: those consistent with a fixed half, "loop" only "eager" and
     "eager" only with "loop" (a jitted "loop" is "unrolled"; an eager vmap runs op by op) unless both are fixed,
-    "unrolled" up to :data:`UNROLL_LIMIT` nodes, for one node "vmap" and "patches" only (the other lifts run
-    the same one-node step), "sharded" on several devices dividing N and never inside a scan
+    "unrolled" up to :data:`UNROLL_LIMIT` nodes, "sharded" on several devices dividing N and never inside a scan
     unless asked (see :func:`choose`), "patches" for the "conv" ``family`` only (or asked): without
     convolutions it is "vmap", timed twice. On a CPU, no scan of convolutions unless asked: XLA runs them ~20x
     slower in a loop body (a 10-node residual CNN: 11.5 s a step in a scan, 0.56 s dispatched; 46 s to time), so
@@ -451,11 +450,7 @@ def _allowed(b: str, s: str, num_nodes: int, backend: str, step_loop: str) -> bo
     :func:`candidates` and the shipped table's reading in :func:`choose` share; "sharded" is theirs each)."""
     return (backend in (AUTO, b) and step_loop in (AUTO, s)
             and ((b == "loop") == (s == "eager") or AUTO not in (backend, step_loop))
-            and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b)
-            # one node: every lift runs the one node's step ("map" adds a loop, "unrolled" is "vmap", "loop"/"eager"
-            # only host dispatch), so timing them measures noise (the CPU table's teacher_n1 picked map/dispatch
-            # at 0.72x); "patches" computes the step otherwise and stays
-            and (num_nodes > 1 or b in ("vmap", "patches") or backend == b or step_loop == "eager"))
+            and (b != "unrolled" or num_nodes <= UNROLL_LIMIT or backend == b))
 
 
 def choose(

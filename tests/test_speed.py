@@ -213,13 +213,6 @@ def test_candidates_follow_the_fixed_half_the_unroll_limit_and_the_devices():
     assert ("sharded", "scan") not in speed.candidates(16, devices=8)
     assert ("sharded", "dispatch") not in speed.candidates(12, devices=8)
     assert speed.candidates(16, backend="sharded", step_loop="scan", devices=1) == [("sharded", "scan")]
-    # one node: the lifts run the same step; "vmap" (and "patches", another computation) only, unless fixed
-    assert speed.candidates(1, devices=1) == [("vmap", "scan"), ("vmap", "dispatch")]
-    assert speed.candidates(1, devices=1, family="conv", platform="cpu") == [("vmap", "dispatch"),
-                                                                             ("patches", "scan"),
-                                                                             ("patches", "dispatch")]
-    assert speed.candidates(1, step_loop="eager", devices=1) == [("loop", "eager")]
-    assert speed.candidates(1, backend="map", devices=1) == [("map", "scan"), ("map", "dispatch")]
 
 
 def test_auto_times_every_candidate_once_and_caches_the_fastest(tmp_path, monkeypatch):
