@@ -308,10 +308,13 @@ def evaluate(probs: np.ndarray, labels: np.ndarray, *, reachable: np.ndarray | N
     """
     probs, labels = jnp.asarray(probs), jnp.asarray(labels)
     mask = None if reachable is None else jnp.asarray(reachable, bool)
-    per_node = 100.0 * np.asarray(decision.node_accuracies(probs, labels))
-    count = len(per_node) if mask is None else int(mask.sum())
-    collective = {w: (100.0 * float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
-                      if count else None) for w in decision.WEIGHTINGS}
+    count = len(probs) if mask is None else int(mask.sum())
+    if count:
+        nodes, collective = decision.accuracies(probs, labels, mask=mask)  # one compiled program a shape
+        collective = {w: 100.0 * float(collective[w]) for w in decision.WEIGHTINGS}
+    else:  # every node down: no collective decision to take
+        nodes, collective = decision.node_accuracies(probs, labels), dict.fromkeys(decision.WEIGHTINGS)
+    per_node = 100.0 * np.asarray(nodes)
     return {"avg_accuracy": float(per_node.mean()) if count else None, "node_accuracies": per_node.tolist(),
             "collective_accuracy": collective, "reachable": count}
 

@@ -250,3 +250,18 @@ def test_errors():
 
 def test_public_names():
     assert decision.WEIGHTINGS == ("negentropy", "entropy", "mean", "vote")
+
+
+@pytest.mark.parametrize("mask", [None, np.array([True, False, True, True, False, True])])
+def test_accuracies_in_one_program_equal_each_accuracy_alone(mask):
+    rng = np.random.default_rng(3)
+    probs = jax.nn.softmax(jnp.asarray(rng.normal(size=(6, 50, 5)) * 3, jnp.float32))
+    probs = probs.at[0, :10].set(jax.nn.one_hot(jnp.arange(10) % 5, 5))  # ties and one-hot rows too
+    labels = jnp.asarray(rng.integers(0, 5, 50))
+    nodes, collective = decision.accuracies(probs, labels, mask=mask)
+    np.testing.assert_array_equal(nodes, decision.node_accuracies(probs, labels))
+    assert set(collective) == set(decision.WEIGHTINGS)
+    for w in decision.WEIGHTINGS:
+        assert float(collective[w]) == float(decision.collective_accuracy(probs, labels, weighting=w, mask=mask))
+    with pytest.raises(ValueError, match="at least one reachable"):
+        decision.accuracies(probs, labels, mask=np.zeros(6, bool))
