@@ -123,7 +123,7 @@ def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
         hash(model)  # flax modules are hashable by their fields: equal models share one compiled init
         model_init = functools.partial(_model_variables, model, image_shape=tuple(image_shape))
     except TypeError:  # a field that is not hashable (a list): compiled once for this build
-        model_init = jax.jit(functools.partial(_model_variables.__wrapped__, model, image_shape=tuple(image_shape)))
+        model_init = jax.jit(functools.partial(_variables, model, image_shape=tuple(image_shape)))
 
     def init_node(key: jax.Array) -> population.NodeState:
         variables = dict(model_init(key))
@@ -133,12 +133,14 @@ def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
     return init_node
 
 
+def _variables(model: nn.Module, key: jax.Array, *, image_shape: tuple[int, ...]) -> dict:
+    return model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
+
+
 # One compiled program, shared by every build of an equal model (a method built once per run, one by one, compiles
 # it once): op by op, a model's init compiles each initializer's ops eagerly (seconds for the student MLP, ~10 s for
 # the CNN on a CPU) and dispatches them again for every run; compiled, the same bits (tests/test_classifier.py).
-@functools.partial(jax.jit, static_argnums=0, static_argnames="image_shape")
-def _model_variables(model: nn.Module, key: jax.Array, *, image_shape: tuple[int, ...]) -> dict:
-    return model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
+_model_variables = jax.jit(_variables, static_argnums=0, static_argnames="image_shape")
 
 
 def classifier_loss(model: nn.Module, compute_dtype: str = "float32") -> Callable:

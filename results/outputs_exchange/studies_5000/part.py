@@ -25,11 +25,12 @@ src_state = json.loads((SRC / "config.json").read_text())
 full = cli.apply_overrides(ox.cpu_config(),
                            [*args[2:-1], "study_points=" + ",".join(src_state["config"]["study_points"])])
 full_names, wanted = ox.run_names(full), ox.run_names(config)  # the selection names its runs afresh (study_0, ...)
+sources = {run: SRC / full_names[key] for key, run in wanted.items()}  # the same network: the same training
+for src in sources.values():  # before anything is written: no half-copied part
+    assert len(list(src.glob("run_*/5000"))) == config.num_seeds, f"{src.name} has not finished"
 (out / "checkpoints").mkdir(parents=True, exist_ok=False)
 seconds = 0.0
-for key, run in wanted.items():
-    src = SRC / full_names[key]  # the same network in the full run: the same training
-    assert len(list(src.glob("run_*/5000"))) == config.num_seeds, f"{src.name} has not finished"
+for run, src in sources.items():
     shutil.copytree(src, out / "checkpoints" / run)
     for meta in sorted(src.glob("run_*/5000/meta/metadata")):
         seconds += json.loads(meta.read_text())["seconds"]
