@@ -302,7 +302,12 @@ def predict_max_nodes(sizes, peaks_mb, budget_mb: float) -> tuple[float, float, 
 
     if len(sizes) < 2:
         raise ValueError(f"a line needs peaks at two sizes or more, got sizes={tuple(sizes)}")
-    per_node, intercept = (float(v) for v in np.polyfit(np.asarray(sizes, float), np.asarray(peaks_mb, float), 1))
+    x, y = np.asarray(sizes, float), np.asarray(peaks_mb, float)
+    # the closed form on centred values: equal peaks give a slope of exactly 0 (polyfit's solver can return 1e-16,
+    # which would extrapolate to ~1e18 nodes)
+    dx, dy = x - x.mean(), y - y.mean()
+    per_node = float(dx @ dy / (dx @ dx))
+    intercept = float(y.mean() - per_node * x.mean())
     if per_node <= 0:
         return per_node, intercept, None
     # 1e-9: the float rounding of an exact fit (e.g. 99.99999999999 for 100) must not cost a node
