@@ -241,6 +241,12 @@ def study_network(config: OutputsExchangeConfig, kwargs: dict) -> network.Networ
                           eval_every=config.study_eval_every, **kwargs)
 
 
+def row_network(config: OutputsExchangeConfig, row: str) -> network.NetworkConfig:
+    """The network of a row of Table 2.1 (a name of ``ROWS``)."""
+    n, content = ROWS[row]
+    return config.network(n, content, steps=config.num_steps, eval_every=config.eval_every)
+
+
 def run_names(config: OutputsExchangeConfig) -> dict[tuple, str]:
     """``(network, channels) -> run name`` of every run ``config`` trains, in order: its rows under their names, then
     each distinct study network as ``study_{i}_n{N}_{content}`` (a point equal to a row or an earlier point reuses
@@ -248,9 +254,7 @@ def run_names(config: OutputsExchangeConfig) -> dict[tuple, str]:
     ``results/outputs_exchange/studies_5000/part.py``)."""
     names: dict[tuple, str] = {}
     for row in config.rows:
-        n, content = ROWS[row]
-        names.setdefault((config.network(n, content, steps=config.num_steps, eval_every=config.eval_every),
-                          config.widths), row)
+        names.setdefault((row_network(config, row), config.widths), row)
     rows = len(names)
     for _, _, _, kwargs in study_runs(config):
         net = study_network(config, kwargs)
@@ -267,8 +271,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
     done: dict[tuple, dict] = {}  # (network, channels) -> trained run, shared by rows and studies
     seeds = [config.seed + i for i in range(config.num_seeds)]
     for name in config.rows:
-        n, content = ROWS[name]
-        net = config.network(n, content, steps=config.num_steps, eval_every=config.eval_every)
+        net = row_network(config, name)
         out = recipes.train_seeds(net, config.model(dataset.num_classes), dataset, name=name, seeds=seeds,
                     checkpoints=checkpoints, progress=progress)
         done[(net, config.widths)] = out

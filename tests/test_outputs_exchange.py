@@ -435,3 +435,21 @@ def test_paired_comparisons_by_hand():
     assert oe_report.paired_markdown({k: {"seeds": [0], "per_seed": v["per_seed"][:1]} for k, v in rows.items()}) == []
     assert oe_report.paired_markdown(rows | {"10_nodes_no_sharing": rows["10_nodes_no_sharing"] | {"seeds": [3, 4, 5]}}
                                      )[-1].startswith("| true labels vs logits")
+
+
+def test_run_names_name_rows_then_each_distinct_study_network_once():
+    config = harness_cli.apply_overrides(oe.cpu_config(), [
+        "rows=10_nodes_no_sharing,10_nodes_true_labels", "study_steps=5000", "study_eval_every=500",
+        "study_points=p_c=0.25,p_c=0.5,p=1,p=9,tau=1"])
+    names = oe.run_names(config)
+    # at 5,000 steps and the same channels the fully connected p = 9 and p_c = 0.5 points are the true-labels row
+    assert config.study_widths == config.widths and (config.study_steps, config.study_eval_every) == (
+        config.num_steps, config.eval_every)
+    # studies in config.studies' order (temperature, neighbours, frequency here), numbered as they come
+    assert list(names.values()) == ["10_nodes_no_sharing", "10_nodes_true_labels", "study_0_n10_logits",
+                                    "study_1_n10_true_labels", "study_2_n10_true_labels"]
+    nets = dict(zip(names.values(), (net for net, _ in names), strict=True))
+    assert nets["10_nodes_true_labels"] == oe.row_network(config, "10_nodes_true_labels")
+    assert nets["study_0_n10_logits"].temperature == 1.0
+    assert nets["study_1_n10_true_labels"].topology == "ring"
+    assert nets["study_2_n10_true_labels"].consume_prob == 0.25
