@@ -86,8 +86,15 @@ def _is_concrete(x: object) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _check_weighting(weighting: str) -> None:
+    if not isinstance(weighting, str) or weighting not in WEIGHTINGS:
+        raise ValueError(
+            f"weighting must be one of {WEIGHTINGS}, got {weighting!r}"
+        )
+
+
 def _check(
-    probs: jax.Array, weighting: str, mask: jax.Array | None
+    probs: jax.Array, mask: jax.Array | None
 ) -> tuple[jax.Array, jax.Array]:
     """Python-level validation shared by the public functions.
 
@@ -95,10 +102,6 @@ def _check(
         ``probs`` as a float array and the mask as ``[N] bool`` (all True when
         ``mask`` is None).
     """
-    if not isinstance(weighting, str) or weighting not in WEIGHTINGS:
-        raise ValueError(
-            f"weighting must be one of {WEIGHTINGS}, got {weighting!r}"
-        )
     shape = tuple(np.shape(probs))
     if len(shape) < 2:
         raise ValueError(
@@ -185,7 +188,8 @@ def node_weights(
     References:
         Lacaille (2018), §2.2.2.4, Algorithm 3, lines 3-10.
     """
-    probs, mask = _check(probs, weighting, mask)
+    _check_weighting(weighting)
+    probs, mask = _check(probs, mask)
     return _node_weights(probs, weighting, mask)
 
 
@@ -226,7 +230,8 @@ def collective_decision(
     References:
         Lacaille (2018), §2.2.2.4, Algorithm 3.
     """
-    probs, mask = _check(probs, weighting, mask)
+    _check_weighting(weighting)
+    probs, mask = _check(probs, mask)
     return _collective_decision(probs, weighting, mask)
 
 
@@ -284,7 +289,8 @@ def collective_accuracy(
     References:
         Lacaille (2018), Algorithm 3, line 12: "argmax y".
     """
-    probs, mask = _check(probs, weighting, mask)
+    _check_weighting(weighting)
+    probs, mask = _check(probs, mask)
     labels = _check_labels(labels, probs.shape[1:-1])
     # Two jitted pieces rather than one: the decision's compilation is shared
     # with collective_decision calls, the accuracy's across weightings.
@@ -347,7 +353,7 @@ def accuracies(
     Returns:
         ``([N] float32 node accuracies, {weighting: scalar float32 collective accuracy})``.
     """
-    probs, mask = _check(probs, WEIGHTINGS[0], mask)
+    probs, mask = _check(probs, mask)
     labels = _check_labels(labels, probs.shape[1:-1])
     return _accuracies(probs, labels, mask)
 
