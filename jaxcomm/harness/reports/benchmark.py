@@ -118,14 +118,22 @@ def _cold_table(rows: dict) -> list[str]:
     measured = {name: r["cold_choice"] for name, r in rows.items() if "cold_choice" in r}
     if not measured:
         return []
+    rounds = any("of_fastest_once" in cold for cold in measured.values())  # summaries before the rounds lack it
+    ratio = ("the picked pair's node-steps/s over the fastest pair's, both measured again in interleaved rounds (the "
+             "best of each; 1.00x where auto picked the fastest); `once` = the same ratio from the row's single "
+             "timing of each pair (the fastest of a dozen single timings is partly the luckiest)." if rounds else
+             "the picked pair's node-steps/s over the fastest pair's, both timed alike in the row.")
     lines = ["", f"A first run's choice (issue 40): `backend=\"auto\", step_loop=\"auto\"` from an empty cache, for a "
              f"{COLD_PLANNED_STEPS:,}-step run (the row's first measurement: nothing of its model compiled yet); "
              "`choosing s` = the seconds building the network took, timing its candidates included; `of fastest` = "
-             "the picked pair's node-steps/s over the fastest pair's, both timed alike in the row.", "",
-             "| row | auto picked | choosing s | node-steps/s | of fastest |", "|---|---|---|---|---|"]
+             + ratio, "",
+             "| row | auto picked | choosing s | node-steps/s | of fastest |" + (" once |" if rounds else ""),
+             "|---|---|---|---|---|" + ("---|" if rounds else "")]
     for name, cold in measured.items():
+        once = f" {cold['of_fastest_once']:.2f}x |" if "of_fastest_once" in cold else " - |"
         lines.append(f"| {name} | {'/'.join(cold['pair'])} | {cold['seconds']:.1f} | "
-                     f"{cold.get('node_steps_per_s', 0):.1f} | {cold.get('of_fastest', 0):.2f}x |")
+                     f"{cold.get('node_steps_per_s', 0):.1f} | {cold.get('of_fastest', 0):.2f}x |"
+                     + (once if rounds else ""))
     return lines
 
 
