@@ -132,7 +132,7 @@ def make_codistillation(config: network.NetworkConfig, model: nn.Module, *, imag
     backend, step_loop, _ = classifier.choose_backend(
         config, node_step, init_node, classifier.node_args(
             b, image_shape, num_classes, jax.ShapeDtypeStruct((b, num_classes), jnp.float32)))  # the peers' targets
-    train_nodes = population.lift(node_step, backend=backend)
+    train_nodes = population.lift_train(node_step, backend=backend)
     node_predict = classifier.classifier_predict(model)
     # every stale model on every node's minibatch: [N models, N * B images, C]
     stale_predict = population.lift(lambda params, model_state, images: node_predict(

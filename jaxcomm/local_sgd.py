@@ -140,7 +140,7 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
     node_step = population.make_train_step(classifier.classifier_loss(model), inner)
     backend, step_loop, _ = classifier.choose_backend(
         config, node_step, init_model, classifier.node_args(b, image_shape, num_classes))
-    train_nodes = population.lift(node_step, backend=backend)
+    train_nodes = population.lift_train(node_step, backend=backend)
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
 
     def init(key: jax.Array) -> LocalSGDState:

@@ -406,6 +406,30 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
 
 
 @dataclasses.dataclass(frozen=True)
+class _SettingsTrain:
+    """A classifier node's :class:`jaxcomm.population.TrainStep` under a run's (traced) settings, in the halves
+    :func:`jaxcomm.population.lift_train` takes: ``(settings, node, images, local_targets, payload, consumed, key[,
+    alive])``, a failed node keeping its state. ``whole``: the same step in one piece."""
+
+    program_for: Callable[[Settings], NodeProgram]
+    failures: bool
+    whole: Callable[..., Any]
+
+    def gradients(self, tuned: Settings, node, *args):
+        return self.program_for(tuned).train.gradients(node, *(args[:-1] if self.failures else args))
+
+    def update(self, args: tuple, grads, model_state):
+        tuned, node, *batch = args
+        new = self.program_for(tuned).train.update((node, *batch), grads, model_state)
+        if not self.failures:
+            return new
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(batch[-1], a, b), new, node)
+
+    def __call__(self, *args):
+        return self.whole(*args)
+
+
+@dataclasses.dataclass(frozen=True)
 class Network:
     """Pure functions of a network of nodes; build with :func:`make_network`.
 
@@ -598,8 +622,12 @@ def make_network(
         return jax.tree_util.tree_map(lambda a, b: jnp.where(alive, a, b), new, node), aux
 
     # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
-    node_step = population.lift(node_train, backend=backend,
-                                in_axes=(None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ()))
+    in_axes = (None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ())
+    if isinstance(program.train, population.TrainStep):  # in halves: "unrolled" updates the stack at once
+        node_step = population.lift_train(_SettingsTrain(program_for, failures is not None, node_train),
+                                          backend=backend, in_axes=in_axes)
+    else:
+        node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
     mix = gossip(config.gossip_every) if config.gossip_every else None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
     sample_bytes = int(np.prod(image_shape))

@@ -35,6 +35,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -389,10 +390,41 @@ def init_population(
     return lift(init_fn, backend=backend)(jax.random.split(key, num_nodes))
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+    """One node's gradient step (:func:`make_train_step`): callable whole, ``step(state, *batch) -> (state, (loss,
+    aux))``, or in two halves, so :func:`lift_train` can run them differently: :meth:`gradients` per node and
+    :meth:`update` (the optimiser: elementwise) over the stacked population at once.
+
+    Attributes:
+      loss_fn: ``loss_fn(params, model_state, *batch) -> (loss, (model_state, aux))`` for one node.
+      optimizer: an optax transformation.
+    """
+
+    loss_fn: Callable[..., tuple[jax.Array, tuple[PyTree, PyTree]]]
+    optimizer: optax.GradientTransformation
+
+    def gradients(self, state: NodeState, *batch) -> tuple[PyTree, PyTree, tuple[jax.Array, PyTree]]:
+        """``(grads, new model_state, (loss, aux))`` of one node's batch."""
+        grad_fn = jax.value_and_grad(self.loss_fn, has_aux=True)
+        (loss, (model_state, aux)), grads = grad_fn(state.params, state.model_state, *batch)
+        return grads, model_state, (loss, aux)
+
+    def update(self, args: tuple, grads: PyTree, model_state: PyTree) -> NodeState:
+        """The optimiser's update of the state in ``args`` (the step's arguments) by ``grads``."""
+        state = args[0]
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        return NodeState(optax.apply_updates(state.params, updates), model_state, opt_state)
+
+    def __call__(self, state: NodeState, *batch) -> tuple[NodeState, tuple[jax.Array, PyTree]]:
+        grads, model_state, out = self.gradients(state, *batch)
+        return self.update((state, *batch), grads, model_state), out
+
+
 def make_train_step(
     loss_fn: Callable[..., tuple[jax.Array, tuple[PyTree, PyTree]]],
     optimizer: optax.GradientTransformation,
-) -> Callable[..., tuple[NodeState, PyTree]]:
+) -> TrainStep:
     """Builds one node's gradient step from its loss.
 
     Args:
@@ -402,14 +434,26 @@ def make_train_step(
 
     Returns:
       ``train_step(state: NodeState, *batch) -> (state, (loss, aux))``, pure and
-      single-node; lift it with :func:`lift`.
+      single-node (a :class:`TrainStep`); lift it with :func:`lift_train`.
     """
+    return TrainStep(loss_fn, optimizer)
 
-    def train_step(state: NodeState, *batch):
-        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (loss, (model_state, aux)), grads = grad_fn(state.params, state.model_state, *batch)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        return NodeState(params, model_state, opt_state), (loss, aux)
 
-    return train_step
+def lift_train(step: Any, *, backend: str, in_axes: int | None | Sequence[int | None] = 0,
+               **lift_kwargs) -> Callable[..., Any]:
+    """A node's train step lifted to a population, as :func:`lift` lifts it, except that under "unrolled" only
+    ``step.gradients(*args) -> (grads, model_state, out)`` runs node by node and ``step.update(args, grads,
+    model_state) -> state`` (the optimiser: elementwise) runs once, vmapped, over the stacked population: the
+    same arithmetic, where N per-node updates in one program slice and restack every parameter and moment (10
+    CNN nodes' Adam: 3x the time). ``step``: a :class:`TrainStep`, or anything with those two methods and
+    ``__call__`` (the whole step)."""
+    if backend != "unrolled":
+        return lift(step, backend=backend, in_axes=in_axes, **lift_kwargs)
+    gradients = lift(step.gradients, backend=backend, in_axes=in_axes, **lift_kwargs)
+
+    def lifted(*args):
+        grads, model_state, out = gradients(*args)
+        axes = _normalise_axes(in_axes, len(args))
+        return jax.vmap(step.update, in_axes=(axes, 0, 0))(args, grads, model_state), out
+
+    return lifted

@@ -80,7 +80,7 @@ def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None)
         node_step = population.make_train_step(classifier.classifier_loss(model), optimizer)
         backend, step_loop, _ = classifier.choose_backend(
             config, node_step, init_node, classifier.node_args(b, image_shape, num_classes))
-        train_nodes = population.lift(node_step, backend=backend)
+        train_nodes = population.lift_train(node_step, backend=backend)
         graph_fn, dynamic = network.graph_of(config)
         if dynamic:
             raise ValueError(f"sparta averages over a static graph; topology={config.topology!r} changes over time")

@@ -104,6 +104,20 @@ def test_backends_and_jit_agree(tiny_dataset, content):
         chex.assert_trees_all_close(state.inbox, reference.inbox, rtol=1e-5, atol=1e-6)
 
 
+def test_unrolled_nodes_update_at_once_and_failed_nodes_keep_their_state(tiny_dataset):
+    """Under "unrolled" the optimiser updates the stacked nodes in one pass (population.lift_train): the same
+    training as the other lifts (to float32 rounding), and a node that is down keeps its state exactly."""
+    schedule = ((1, 0, 4),)  # node 1 down for the first 4 steps
+    unrolled, data = build(tiny_dataset, content="true_labels", backend="unrolled", failure_schedule=schedule)
+    vmapped, _ = build(tiny_dataset, content="true_labels", backend="vmap", failure_schedule=schedule)
+    start = unrolled.init(jax.random.PRNGKey(0))
+    (a, infos), (b, _) = run_steps(unrolled, data, 3), run_steps(vmapped, data, 3)
+    assert not any(bool(info.alive[1]) for info in infos)
+    chex.assert_trees_all_equal(population.node(a.nodes, 1), population.node(start.nodes, 1))
+    chex.assert_trees_all_close(a.nodes, b.nodes, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(a.nodes.params["Dense_0"]["kernel"][0], start.nodes.params["Dense_0"]["kernel"][0])
+
+
 def test_chunked_scan_equals_step_by_step(tiny_dataset):
     net, data = build(tiny_dataset, content="true_labels")
     expected, _ = run_steps(net, data, 7)

@@ -72,6 +72,23 @@ def test_lifted_steps_equal_independent_runs(backend, jit):
     chex.assert_tree_all_finite(state)
 
 
+def test_lift_train_updates_an_unrolled_population_at_once():
+    """Under "unrolled", lift_train runs the gradients node by node and Adam once over the stack: vmap's update
+    (bit for bit, for these MLP nodes whose unrolled gradients are vmap's too), the whole unrolled step's values
+    to float32 rounding (the same arithmetic compiled for other shapes: an ulp apart); other backends are lift's."""
+    x, y, keys = batches()
+    state = population.init_population(init_node, jax.random.PRNGKey(0), N)
+    lifted = {name: jax.jit(lift(TRAIN_STEP, backend=backend)) for name, lift, backend in [
+        ("halves", population.lift_train, "unrolled"), ("whole", population.lift, "unrolled"),
+        ("vmap", population.lift, "vmap"), ("vmap_train", population.lift_train, "vmap")]}
+    states = dict.fromkeys(lifted, state)
+    for t in range(STEPS):
+        outs = {name: step(states[name], x[t], y[t], keys[t]) for name, step in lifted.items()}
+        states = {name: out[0] for name, out in outs.items()}
+        chex.assert_trees_all_equal(outs["halves"], outs["vmap"], outs["vmap_train"])
+        chex.assert_trees_all_close(outs["halves"], outs["whole"], rtol=1e-5, atol=1e-6)  # as every lift
+
+
 def test_init_population_leading_axis_and_distinct_nodes():
     state = population.init_population(init_node, jax.random.PRNGKey(0), N)
     assert population.num_nodes(state) == N
