@@ -1,0 +1,71 @@
+"""The optimiser of an unrolled population, per node or once over the stack (issue 41, a lever; population.lift_train).
+
+The chapter-2 benchmark CNN (`jaxcomm.harness.bench.model_and_data("cnn")`), N nodes, backend "unrolled", one jitted
+network step a call with its state donated: the step as it was (each node's Adam in its own copy of the unrolled
+step: `population.lift` of the whole train step) against the step as the engine runs it now (gradients unrolled,
+Adam vmapped over the stacked nodes: `population.lift_train`), both compiled in one process and timed in
+interleaved rounds (the best round of each). From the repository root:
+
+    python results/benchmark/issue41/unrolled_update.py 10 20 > results/benchmark/issue41/unrolled_update.md
+"""
+import platform
+import subprocess
+import sys
+import time
+
+import jax
+
+from jaxcomm import network, population
+from jaxcomm.harness import bench
+
+ROUNDS, CALLS = 5, 5
+
+
+def whole(step, *, backend, **kwargs):  # the step before lift_train: every node's optimiser inside its copy
+    return population.lift(step, backend=backend, **kwargs)
+
+
+def measure(num_nodes: int) -> dict:
+    model, dataset = bench.model_and_data("cnn")
+    config = network.NetworkConfig(num_nodes=num_nodes, content="none", batch_size=32, backend="unrolled",
+                                   step_loop="dispatch")
+    data = network.network_data(dataset, config)
+    runs, halves = {}, population.lift_train
+    try:
+        for name, lift in (("per node", whole), ("stacked", halves)):
+            population.lift_train = lift  # read when the network is built
+            net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
+            step = jax.jit(net.step, donate_argnums=0)
+            state = jax.tree_util.tree_map(lambda x: x.copy(), net.init(jax.random.PRNGKey(0)))  # no shared buffer
+            start = time.perf_counter()
+            state = jax.block_until_ready(step(state, data)[0])
+            runs[name] = {"step": step, "state": state, "compile_s": time.perf_counter() - start, "ms": []}
+    finally:
+        population.lift_train = halves
+    for _ in range(ROUNDS):
+        for run in runs.values():
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                run["state"] = run["step"](run["state"], data)[0]
+            jax.block_until_ready(run["state"])
+            run["ms"].append((time.perf_counter() - start) / CALLS * 1e3)
+    return {name: {"compile_s": run["compile_s"], "ms": run["ms"]} for name, run in runs.items()}
+
+
+def main(sizes: list[int]) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"Commit `{commit}`, {platform.processor() or platform.machine()}, {jax.device_count()} x "
+          f"{jax.default_backend()}, jax {jax.__version__}; {ROUNDS} interleaved rounds of {CALLS} steps.\n")
+    print("| nodes | optimiser | compile s | ms a step (best) | rounds (ms) | stacked / per node |")
+    print("|---|---|---|---|---|---|")
+    for n in sizes:
+        out = measure(n)
+        ratio = min(out["per node"]["ms"]) / min(out["stacked"]["ms"])
+        for name, run in out.items():
+            rounds = ", ".join(f"{ms:.0f}" for ms in run["ms"])
+            print(f"| {n} | {name} | {run['compile_s']:.1f} | {min(run['ms']):.1f} | {rounds} | "
+                  + (f"{ratio:.2f}x faster |" if name == "stacked" else "|"))
+
+
+if __name__ == "__main__":
+    main([int(n) for n in sys.argv[1:]] or [10, 20])
