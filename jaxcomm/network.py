@@ -409,11 +409,10 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
 class _SettingsTrain:
     """A classifier node's :class:`jaxcomm.population.TrainStep` under a run's (traced) settings, in the halves
     :func:`jaxcomm.population.lift_train` takes: ``(settings, node, images, local_targets, payload, consumed, key[,
-    alive])``, a failed node keeping its state. ``whole``: the same step in one piece."""
+    alive])``, a failed node keeping its state."""
 
     program_for: Callable[[Settings], NodeProgram]
     failures: bool
-    whole: Callable[..., Any]
 
     def gradients(self, tuned: Settings, node, *args):
         return self.program_for(tuned).train.gradients(node, *(args[:-1] if self.failures else args))
@@ -426,7 +425,8 @@ class _SettingsTrain:
         return jax.tree_util.tree_map(lambda a, b: jnp.where(batch[-1], a, b), new, node)
 
     def __call__(self, *args):
-        return self.whole(*args)
+        grads, model_state, out = self.gradients(*args)
+        return self.update(args, grads, model_state), out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -624,9 +624,9 @@ def make_network(
     # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
     in_axes = (None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ())
     if isinstance(program.train, population.TrainStep):  # in halves: "unrolled" updates the stack at once
-        node_step = population.lift_train(_SettingsTrain(program_for, failures is not None, node_train),
-                                          backend=backend, in_axes=in_axes)
-    else:
+        node_step = population.lift_train(_SettingsTrain(program_for, failures is not None), backend=backend,
+                                          in_axes=in_axes)
+    else:  # a program's own step, in one piece
         node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
     mix = gossip(config.gossip_every) if config.gossip_every else None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
