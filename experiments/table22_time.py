@@ -338,10 +338,11 @@ def reading(summary: dict) -> list[str]:
                          + " / ".join("-" if r is None else f"{r:.2f}x" for r in ratios)
                          + f" on {' / '.join(reruns)}.")
         for t in (t for t in rerun_tests(summary) if t["row"] == name):
-            verdict = ("no difference detected" if t["holm"] is None or t["holm"] >= 0.05 else
-                       "lower" if t["mean"] < 0 else "higher")
-            lines.append(f"  Its final {t['key'].replace('_', ' ')} trained on {t['link']} ({t['delay']} steps in "
-                         f"flight): {verdict} than instant ({t['mean']:+.1f} points, Holm p {_p(t['holm'])}).")
+            verdict = ("no difference from instant detected" if t["holm"] is None or t["holm"] >= 0.05 else
+                       ("lower" if t["mean"] < 0 else "higher") + " than instant")
+            steps = f"{t['delay']} step{'' if t['delay'] == 1 else 's'}"
+            lines.append(f"  Its final {t['key'].replace('_', ' ')} trained on {t['link']} ({steps} in flight): "
+                         f"{verdict} ({t['mean']:+.1f} points, Holm p {_p(t['holm'])}).")
         worst = max(row["links"][link]["uplink_seconds"] for link in links)
         if worst:
             held = [link for link in links if row["links"][link]["held_back"]]
