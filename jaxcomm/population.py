@@ -446,8 +446,8 @@ def lift_train(step: Any, *, backend: str, in_axes: int | None | Sequence[int | 
     model_state) -> state`` (the optimiser: elementwise) runs once, vmapped, over the stacked population: the
     same arithmetic, where N per-node updates in one program slice and restack every parameter and moment (10
     CNN nodes' Adam: 3x the time). ``step``: a :class:`TrainStep`, or anything with those two methods and
-    ``__call__`` (the whole step)."""
-    if backend != "unrolled":
+    ``__call__`` (the whole step); any other function is lifted whole."""
+    if backend != "unrolled" or not (hasattr(step, "gradients") and hasattr(step, "update")):
         return lift(step, backend=backend, in_axes=in_axes, **lift_kwargs)
     gradients = lift(step.gradients, backend=backend, in_axes=in_axes, **lift_kwargs)
 

@@ -175,8 +175,9 @@ CACHE_ENV = "JAXCOMM_CACHE_DIR"  # where measured choices are kept (default ~/.c
 TIMED_STEPS = 3  # steps per timed call of a candidate, more when a step is fast:
 MIN_TIMED_SECONDS = 0.2  # ... up to a call of about this long
 MAX_TIMED_STEPS = 64
-TIMER_VERSION = 4  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch;
-# 2 timed "eager" with the population stacked every step, as the engine no longer runs it; 3 did not donate)
+TIMER_VERSION = 5  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch;
+# 2 timed "eager" with the population stacked every step, as the engine no longer runs it; 3 did not donate;
+# 4 timed "unrolled" with every node's optimiser in its own copy, as population.lift_train no longer runs it)
 
 
 def autotune_enabled() -> bool:
@@ -230,7 +231,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
 
     def seconds_per_step(backend: str, step_loop: str, limit: float = np.inf) -> float:
         """Seconds per step of the pair; once a timed call is over ``limit`` per step, that call's (no more)."""
-        lifted = population.lift(train, backend=backend)
+        lifted = population.lift_train(train, backend=backend)  # as the engine lifts it
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: population.state_and_aux(lifted(nodes, *args))[0]  # noqa: E731
         # donated, as the driver runs every step and chunk (the pair timed is the pair trained); compiled ahead of

@@ -89,6 +89,16 @@ def test_lift_train_updates_an_unrolled_population_at_once():
         chex.assert_trees_all_close(outs["halves"], outs["whole"], rtol=1e-5, atol=1e-6)  # as every lift
 
 
+def test_lift_train_lifts_a_plain_step_whole():
+    """A step without gradients/update halves (a research program's own function) is lifted as lift lifts it."""
+    x, y, keys = batches()
+    state = population.init_population(init_node, jax.random.PRNGKey(0), N)
+    plain = lambda *args: TRAIN_STEP(*args)  # noqa: E731
+    got = jax.jit(population.lift_train(plain, backend="unrolled"))(state, x[0], y[0], keys[0])
+    chex.assert_trees_all_equal(got, jax.jit(population.lift(TRAIN_STEP, backend="unrolled"))(state, x[0], y[0],
+                                                                                              keys[0]))
+
+
 def test_init_population_leading_axis_and_distinct_nodes():
     state = population.init_population(init_node, jax.random.PRNGKey(0), N)
     assert population.num_nodes(state) == N
