@@ -188,6 +188,9 @@ def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkey
     result = benchmark.measure_row(row)
     cold = result["cold_choice"]
     assert cold["seconds"] > 0 and tuple(cold["pair"]) in speed.candidates(2, family="mlp")
+    # what the chooser printed and timed is kept with the row (a row's stderr is not)
+    assert len(cold["printed"]) == 1 and cold["printed"][0].startswith(f"jaxcomm: auto chose {'/'.join(cold['pair'])}")
+    assert set(cold["timings"]["seconds_per_step"]) <= {"/".join(p) for p in speed.candidates(2, family="mlp")}
     assert cold["node_steps_per_s"] == result[f"{cold['pair'][0]}_{cold['pair'][1]}_node_steps_per_s"]
     fastest = max(result[f"{pair}_node_steps_per_s"] for pair in result["compile_seconds"])
     assert cold["of_fastest_once"] == pytest.approx(cold["node_steps_per_s"] / fastest) and cold["of_fastest_once"] <= 1

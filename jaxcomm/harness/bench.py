@@ -97,22 +97,32 @@ def cold_choice(make, base) -> dict:
     """What ``auto`` picks from an empty cache for this network (issue 40): the pair and the seconds choosing took
     (building the network with backend and step loop "auto" for a :data:`COLD_PLANNED_STEPS`-step run, timing
     its candidates as a user's first run does)."""
+    import contextlib
+    import io
     import os
+    import pathlib
     import tempfile
 
     from jaxcomm import speed
 
     saved = {name: os.environ.get(name) for name in (speed.CACHE_ENV, speed.AUTOTUNE_ENV)}
+    printed = io.StringIO()  # the chooser's own line (pairs timed, ruled out): kept, since a row's stderr is not
     with tempfile.TemporaryDirectory() as cache:
         os.environ[speed.CACHE_ENV], os.environ[speed.AUTOTUNE_ENV] = cache, "1"
         try:
             start = time.perf_counter()
-            net = make(base.replace(backend="auto", step_loop="auto", num_steps=COLD_PLANNED_STEPS))
+            with contextlib.redirect_stderr(printed):
+                net = make(base.replace(backend="auto", step_loop="auto", num_steps=COLD_PLANNED_STEPS))
             seconds = time.perf_counter() - start
+            cached = pathlib.Path(cache) / "choices.json"  # what the chooser timed (none if nothing was)
+            timings = json.loads(cached.read_text()) if cached.is_file() else {}
         finally:
             for name, value in saved.items():
                 os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-    return {"pair": [net.backend, net.step_loop], "seconds": seconds}
+    sys.stderr.write(printed.getvalue())
+    return {"pair": [net.backend, net.step_loop], "seconds": seconds,
+            "printed": [line for line in printed.getvalue().splitlines() if "auto chose" in line],
+            "timings": next(iter(timings.values()), None)}
 
 
 def matmul_gflops(size: int = 2048) -> float:
