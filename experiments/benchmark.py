@@ -187,6 +187,18 @@ def selection(suite: str, only: list[str] | None = None, *, sweeps: bool = True,
             [r for r in named if isinstance(r, ScaleRow)])
 
 
+def interleaved(first: list, second: list, num_nodes: int) -> tuple[list[float], list[float]]:
+    """Two compiled programs, each ``[run, state, data, chunk]``, timed :data:`ROUNDS` times alternately (first,
+    second, first, ...; each state carried on in its list): their node-steps/s per round. Measured minutes apart,
+    a slow minute of a shared machine would decide a ratio of the two."""
+    rates = ([], [])
+    for _ in range(ROUNDS):
+        for program, out in zip((first, second), rates, strict=True):
+            program[1], steps_per_s = rate(*program)
+            out.append(steps_per_s * num_nodes)
+    return rates
+
+
 def measure_row(row: Row) -> dict:
     """All measurements of one row, in this process."""
     import jax
@@ -232,14 +244,10 @@ def measure_row(row: Row) -> dict:
         cold["of_fastest_once"] = cold["node_steps_per_s"] / max(speeds.values())
         cold["of_fastest"], cold["rounds"] = 1.0, None
         if picked[0] != leader[0]:  # both again in interleaved rounds, the best of each, as best / loop below
-            rounds = {"picked": [], "fastest": []}
-            picked_state, leader_state = picked[2], leader[2]
-            for _ in range(ROUNDS):
-                picked_state, steps_per_s = rate(picked[1], picked_state, picked[3], chunk_of(picked[0][1]))
-                rounds["picked"].append(steps_per_s * row.num_nodes)
-                leader_state, steps_per_s = rate(leader[1], leader_state, leader[3], chunk_of(leader[0][1]))
-                rounds["fastest"].append(steps_per_s * row.num_nodes)
-            leader = (*leader[:2], leader_state, leader[3])
+            timed_pick, timed_leader = ([run, state, data, chunk_of(pair[1])] for pair, run, state, data in
+                                        (picked, leader))
+            rounds = dict(zip(("picked", "fastest"), interleaved(timed_pick, timed_leader, row.num_nodes), strict=True))
+            leader = (*leader[:2], timed_leader[1], leader[3])
             cold["of_fastest"], cold["rounds"] = max(rounds["picked"]) / max(rounds["fastest"]), rounds
         del picked
     per_backend = {b: max(v for (bb, _), v in speeds.items() if bb == b) for b in row.backends}
@@ -270,12 +278,8 @@ def measure_row(row: Row) -> dict:
         states = thesis_loop([initial(one) for _ in range(row.num_nodes)], one_data, 1)[0]  # compiles
         # The ratio best / loop from both measured again in interleaved rounds (the best of each): measured minutes
         # apart, a slow minute of a shared machine would decide it.
-        best_rates, loop_rates = [], []
-        for _ in range(ROUNDS):
-            states, steps_per_s = rate(thesis_loop, states, one_data, 1)
-            loop_rates.append(steps_per_s * row.num_nodes)
-            best_state, steps_per_s = rate(best_run, best_state, best_data, chunk_of(best_loop))
-            best_rates.append(steps_per_s * row.num_nodes)
+        loop_rates, best_rates = interleaved([thesis_loop, states, one_data, 1],
+                                             [best_run, best_state, best_data, chunk_of(best_loop)], row.num_nodes)
         result["loop_node_steps_per_s"], result["best_node_steps_per_s"] = max(loop_rates), max(best_rates)
         result["rounds"] = {"loop": loop_rates, "best": best_rates}
     del best_state, leader

@@ -439,6 +439,12 @@ def make_train_step(
     return TrainStep(loss_fn, optimizer)
 
 
+def update_backend(backend: str) -> str:
+    """The backend :func:`lift_train` updates a population's optimiser state under when its nodes are lifted by
+    ``backend``: "vmap" for "unrolled" (one pass over the stack), ``backend`` itself otherwise."""
+    return "vmap" if backend == "unrolled" else backend
+
+
 def lift_train(step: Any, *, backend: str, in_axes: int | None | Sequence[int | None] = 0,
                **lift_kwargs) -> Callable[..., Any]:
     """A node's train step lifted to a population, as :func:`lift` lifts it, except that under "unrolled" only
@@ -447,7 +453,7 @@ def lift_train(step: Any, *, backend: str, in_axes: int | None | Sequence[int | 
     same arithmetic, where N per-node updates in one program slice and restack every parameter and moment (10
     CNN nodes' Adam: 3x the time). ``step``: a :class:`TrainStep`, or anything with those two methods and
     ``__call__`` (the whole step); any other function is lifted whole."""
-    if backend != "unrolled" or not (hasattr(step, "gradients") and hasattr(step, "update")):
+    if update_backend(backend) == backend or not (hasattr(step, "gradients") and hasattr(step, "update")):
         return lift(step, backend=backend, in_axes=in_axes, **lift_kwargs)
     gradients = lift(step.gradients, backend=backend, in_axes=in_axes, **lift_kwargs)
 

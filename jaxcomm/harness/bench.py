@@ -100,7 +100,6 @@ def cold_choice(make, base) -> dict:
     import contextlib
     import io
     import os
-    import pathlib
     import tempfile
 
     from jaxcomm import speed
@@ -114,7 +113,7 @@ def cold_choice(make, base) -> dict:
             with contextlib.redirect_stderr(printed):
                 net = make(base.replace(backend="auto", step_loop="auto", num_steps=COLD_PLANNED_STEPS))
             seconds = time.perf_counter() - start
-            cached = pathlib.Path(cache) / "choices.json"  # what the chooser timed (none if nothing was)
+            cached = speed.cache_file()  # in the temporary folder: what the chooser timed (none if nothing was)
             timings = json.loads(cached.read_text()) if cached.is_file() else {}
         finally:
             for name, value in saved.items():

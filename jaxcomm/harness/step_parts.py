@@ -120,8 +120,7 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
 
     forward_backward = jax.jit(population.lift(grads_of, backend=backend))
     # as the engine runs it (population.lift_train): under "unrolled" the optimiser updates the stack at once
-    update = jax.jit(population.lift(adam, backend="vmap" if backend == "unrolled" else backend),
-                     donate_argnums=(0, 1))
+    update = jax.jit(population.lift(adam, backend=population.update_backend(backend)), donate_argnums=(0, 1))
     grads = forward_backward(nodes.params, nodes.model_state, batch.images, batch.targets, keys)
 
     params, opt_state = driver.own_buffers((nodes.params, nodes.opt_state))
