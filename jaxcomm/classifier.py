@@ -401,16 +401,18 @@ def choose_backend(config, train: Callable, init: Callable, node_args: Sequence[
     return backend, step_loop, family
 
 
-# The "eager" step loop holds node states apart (one set of buffers per node, as the thesis' N models) within a
-# chunk: the "loop" lift then updates each node where it lies instead of slicing and stacking the population.
+# The "eager" and "dispatch" step loops hold node states apart (one set of buffers per node, as the thesis' N
+# models) within a chunk: the "loop" and "unrolled" lifts then update each node where it lies instead of slicing
+# and stacking the population (10 CNN nodes unrolled: 1.05x a step, results/benchmark/issue41/notes.md).
 NODES_APART = driver.Layout(lambda state: state._replace(nodes=population.unstack(state.nodes)),
                             lambda state: state._replace(nodes=population.restack(state.nodes)))
 
 
 def layout_for(backend: str) -> driver.Layout | None:
     """The layout of a system whose state holds its nodes in ``nodes``: node states apart (:data:`NODES_APART`) for
-    the "loop" lift, the only one that takes them so; as it is (None) for any other."""
-    return NODES_APART if backend == "loop" else None
+    the "loop" and "unrolled" lifts, the ones that take them so; as it is (None) for any other. A "scan" keeps them
+    stacked (:func:`jaxcomm.driver.chunk_runner`)."""
+    return NODES_APART if backend in population.APART_BACKENDS else None
 
 
 def evaluated_system(built, split, models_of: Callable, *, also: Mapping[str, Any] | None = None,

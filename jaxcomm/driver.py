@@ -57,7 +57,7 @@ def _identity(info):
 
 
 class Layout(NamedTuple):
-    """How the "eager" step loop holds a state within a chunk of steps, and back.
+    """How the "eager" and "dispatch" step loops hold a state within a chunk of steps, and back.
 
     Attributes:
       apart: ``apart(state) -> state`` at a chunk's start, e.g. node states as
@@ -89,7 +89,8 @@ class System(NamedTuple):
         or "eager" (the step is not jitted: its pieces, e.g. the "loop" lift's one
         compiled call per node, run as they are; see :func:`dispatch_steps`).
       postfix: ``postfix(record) -> dict`` shown beside the progress bar.
-      layout: how the "eager" step loop holds the state within a chunk (None: as it is).
+      layout: how the "eager" and "dispatch" step loops hold the state within a chunk (None: as it is; a
+        "scan" keeps it as it is).
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -299,12 +300,13 @@ def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
     own (a "loop" population's one compiled call per node, on CPU faster for
     convolutions than any single program of N nodes past a few tens of nodes,
     and compiled once whatever N) pays only the dispatch of its small ops;
-    nothing is donated, and ``layout`` (if any) holds the state apart for the
-    chunk's steps.
+    nothing is donated. ``layout`` (if any) holds the state apart for the
+    chunk's steps, jitted or not (a jitted step compiles for the state as the
+    layout holds it).
     """
 
     step = _jitted_step(step_fn, summarize, donate) if jit else _summarized(step_fn, summarize)
-    apart, together = layout if layout is not None and not jit else (_identity, _identity)
+    apart, together = layout if layout is not None else (_identity, _identity)
 
     def run(state, data, length):
         infos = []
@@ -323,7 +325,7 @@ def chunk_runner(step_fn: Callable, summarize: Callable, step_loop: str, *,
                  check: Callable[[], None] = lambda: None, donate: bool = False,
                  layout: Layout | None = None) -> Callable:
     """``run(state, data, length) -> (state, infos)`` of the step loop :class:`System` names: :func:`scan_steps`
-    for "scan", :func:`dispatch_steps` for "dispatch" and, not jitted and with ``layout``, for "eager"."""
+    for "scan" (``layout`` unused), :func:`dispatch_steps` for "dispatch" and, not jitted, for "eager"."""
     if step_loop == "scan":
         return scan_steps(step_fn, summarize, donate)
     return dispatch_steps(step_fn, summarize, check=check, donate=donate, jit=step_loop == "dispatch",

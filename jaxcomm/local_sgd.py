@@ -82,8 +82,9 @@ class LocalSGD:
 
     @property
     def layout(self) -> driver.Layout | None:
-        """How the "eager" step loop holds the state within a chunk (:func:`jaxcomm.classifier.layout_for`): under
-        the "loop" lift node states apart, regrouped at each round's end only."""
+        """How the "eager" and "dispatch" step loops hold the state within a chunk
+        (:func:`jaxcomm.classifier.layout_for`): under the "loop" and "unrolled" lifts node states apart, regrouped
+        at each round's end only."""
         return classifier.layout_for(self.backend)
 
     def models_of(self, state: LocalSGDState) -> population.NodeState:

@@ -52,7 +52,7 @@ class Built(Protocol):
       predict: ``predict(models, images uint8 [M, H, W, C]) -> probs [K, M, C]``, compiled.
       step_loop: "scan", "dispatch" or "eager" (:func:`jaxcomm.classifier.choose_backend`).
       backend: the lift's backend (a sweep runs run by run under "unrolled" and "loop").
-      layout: how the "eager" step loop holds the state (None: as it is).
+      layout: how the "eager" and "dispatch" step loops hold the state (None: as it is).
       models_of: ``models_of(state)``: the K models evaluated (every node's, or one shared model).
       booking: ``booking(state, steps_done, data_model) -> jaxcomm.ledger.Booking``: what was sent so far.
       traffic: optional, what the clock reads (:mod:`jaxcomm.clock`): the schedule as

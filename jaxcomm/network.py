@@ -471,7 +471,7 @@ class Network:
 
     @property
     def layout(self) -> driver.Layout | None:
-        """How the "eager" step loop holds the state within a chunk (:func:`layout_for`)."""
+        """How the "eager" and "dispatch" step loops hold the state within a chunk (:func:`layout_for`)."""
         return layout_for(self.backend)
 
     def models_of(self, state: NetworkState) -> population.NodeState:

@@ -22,7 +22,8 @@ backend is a swappable detail tested equal across choices:
   thesis' N models), it neither slices nor stacks them.
 * ``"unrolled"``: the same loop traced inside the caller's ``jit``: N copies of
   the single-node graph in one program, each convolution in its own fast layout
-  (under an outer ``jit``, "loop" becomes exactly this).
+  (under an outer ``jit``, "loop" becomes exactly this); given node states
+  :class:`Unstacked`, it too neither slices nor stacks them.
 * ``"map"``: ``jax.lax.map`` over nodes, ``map_batch_size`` at a time (vmapped
   within a batch): bounded memory and compile time for large N.
 * ``"sharded"``: the node axis laid over a 1-D device mesh (axis ``"nodes"``)
@@ -48,6 +49,9 @@ import optax
 from jaxcomm.models.patches import patch_convs
 
 BACKENDS = ("vmap", "loop", "unrolled", "map", "sharded", "patches")
+APART_BACKENDS = ("loop", "unrolled")
+"""The lifts that take node states :class:`Unstacked` and keep them so (the driver's "eager" and "dispatch" step
+loops hold them apart within a chunk)."""
 AUTO = "auto"  # resolved per model by jaxcomm.speed.choose
 NODE_AXIS = "nodes"  # mesh axis name of the "sharded" backend
 
@@ -177,11 +181,23 @@ def lift(
 
     def unrolled(*args):
         axes = _normalise_axes(in_axes, len(args))
-        n = num_nodes([arg for arg, axis in zip(args, axes, strict=True) if axis == 0])
         pairs = list(zip(args, axes, strict=True))
-        return stack([fn(*(node(arg, i) if axis == 0 else arg for arg, axis in pairs)) for i in range(n)])
+        apart = [arg for arg, axis in pairs if axis == 0 and isinstance(arg, Unstacked)]
+        if apart:  # node i's own buffers go in as they are; its outputs stay its own (no slice, no stack)
+            return Unstacked(tuple(fn(*(_of_node(arg, axis, i) for arg, axis in pairs))
+                                   for i in range(len(apart[0].trees))))
+        n = num_nodes([arg for arg, axis in pairs if axis == 0])
+        return stack([fn(*(_of_node(arg, axis, i) for arg, axis in pairs)) for i in range(n)])
 
     return unrolled
+
+
+def _of_node(arg: Any, axis: int | None, i: int) -> Any:
+    """Node ``i``'s part of a lifted function's argument: its own tree (:class:`Unstacked`), its slice (stacked,
+    ``axis`` 0) or the argument itself (shared, ``axis`` None)."""
+    if axis is None:
+        return arg
+    return arg.trees[i] if isinstance(arg, Unstacked) else node(arg, i)
 
 
 def _with_patched_convs(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -211,10 +227,11 @@ _node_of = jax.jit(_node_at)
 class Unstacked(NamedTuple):
     """N per-node pytrees held as N separate sets of buffers, not stacked on a node axis.
 
-    The "eager" step loop's layout of node states within a chunk of steps
-    (:class:`jaxcomm.driver.Layout`): a "loop" lift called eagerly reads node
-    ``i``'s tree where it lies and returns each node's output as its own, as
-    the thesis' N separate models are updated. Stacked, every step would copy
+    The "eager" and "dispatch" step loops' layout of node states within a chunk
+    of steps (:class:`jaxcomm.driver.Layout`): a "loop" lift called eagerly, or
+    an "unrolled" one in a jitted step, reads node ``i``'s tree where it lies
+    and returns each node's output as its own, as the thesis' N separate models
+    are updated. Stacked, every step would copy
     the population twice (a slice of each node, a stack of the results) and,
     on CPU, write the stack into freshly mapped memory, page by page: for 32
     wide MLP nodes (27 MB of state each) that made the step 2-3x slower than
@@ -255,29 +272,34 @@ def _due_in_any_run(due: jax.Array | bool) -> jax.Array | bool:
         return due
 
 
+def _on_stacked(fn: Callable[..., tuple], nodes: Unstacked, *rest: PyTree) -> tuple:
+    """``fn(nodes, *rest)`` of :func:`when_due` on nodes held apart: stacked for ``fn``, set apart again."""
+    new_nodes, *others = fn(restack(nodes), *rest)
+    return (unstack(new_nodes), *others)
+
+
 def when_due(due: jax.Array | bool, fn: Callable[..., tuple], nodes: PyTree, *rest: PyTree) -> tuple:
     """``fn(nodes, *rest)`` where ``due``, else ``(nodes, *rest)`` as they are; ``fn`` returns a tuple of
     the same structure (a periodic whole-population operation: gossip averaging, a local-SGD round's end).
 
     Stacked nodes (``[N, ...]``, ``due`` traced or not): a ``lax.cond``, so ``fn`` runs only on the steps it is
     due; inside a sweep's runs axis (:data:`RUNS_AXIS`) on the steps some run is due, each run changed only where
-    it is. Nodes :class:`Unstacked` (the eager loop): ``due`` is read on the host and, only when true, the nodes
-    are stacked for ``fn`` and set apart again; regrouping every step would cost the copies that
-    :class:`Unstacked` avoids.
+    it is. Nodes :class:`Unstacked` (the eager loop, or a jitted "unrolled" step): only when due are they stacked
+    for ``fn`` and set apart again (``due`` read on the host when it is not traced); regrouping every step would
+    cost the copies that :class:`Unstacked` avoids.
     """
-    if not isinstance(nodes, Unstacked):
-        anyone = _due_in_any_run(due)
-        if anyone is due:
-            return jax.lax.cond(due, fn, lambda *args: args, nodes, *rest)
+    if isinstance(nodes, Unstacked):
+        if not isinstance(due, jax.core.Tracer):
+            return _on_stacked(fn, nodes, *rest) if bool(due) else (nodes, *rest)
+        fn = functools.partial(_on_stacked, fn)
+    anyone = _due_in_any_run(due)
+    if anyone is due:
+        return jax.lax.cond(due, fn, lambda *args: args, nodes, *rest)
 
-        def each_run(*args):  # in a sweep: where each run is due (runs may differ), on steps some run is
-            return jax.tree_util.tree_map(lambda new, old: jnp.where(due, new, old), fn(*args), args)
+    def each_run(*args):  # in a sweep: where each run is due (runs may differ), on steps some run is
+        return jax.tree_util.tree_map(lambda new, old: jnp.where(due, new, old), fn(*args), args)
 
-        return jax.lax.cond(anyone, each_run, lambda *args: args, nodes, *rest)
-    if not bool(due):
-        return (nodes, *rest)
-    new_nodes, *others = fn(restack(nodes), *rest)
-    return (unstack(new_nodes), *others)
+    return jax.lax.cond(anyone, each_run, lambda *args: args, nodes, *rest)
 
 
 def state_and_aux(out: PyTree) -> tuple[PyTree, PyTree]:
@@ -456,8 +478,11 @@ def lift_train(step: Any, *, backend: str, in_axes: int | None | Sequence[int | 
     if update_backend(backend) == backend or not (hasattr(step, "gradients") and hasattr(step, "update")):
         return lift(step, backend=backend, in_axes=in_axes, **lift_kwargs)
     gradients = lift(step.gradients, backend=backend, in_axes=in_axes, **lift_kwargs)
+    whole = lift(step, backend=backend, in_axes=in_axes, **lift_kwargs)
 
     def lifted(*args):
+        if any(isinstance(arg, Unstacked) for arg in args):  # nodes apart: each updates its own buffers, no stack
+            return whole(*args)
         grads, model_state, out = gradients(*args)
         axes = _normalise_axes(in_axes, len(args))
         return jax.vmap(step.update, in_axes=(axes, 0, 0))(args, grads, model_state), out

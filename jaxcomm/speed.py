@@ -178,7 +178,8 @@ MAX_TIMED_STEPS = 64
 TIMER_VERSION = 6  # in the cache key: choices timed by an older timer are timed again (1 favoured dispatch;
 # 2 timed "eager" with the population stacked every step, as the engine no longer runs it; 3 did not donate;
 # 4 timed "unrolled" with every node's optimiser in its own copy, as population.lift_train no longer runs it;
-# 5 read the first pair from its cold first call)
+# 5 read the first pair from its cold first call, and timed "unrolled" dispatched steps on stacked nodes, which
+# the driver now holds apart)
 
 
 def autotune_enabled() -> bool:
@@ -280,6 +281,8 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
             # compiles the "loop" lift's per-node program on one node's state (one node-step, not N)
             jax.block_until_ready(step(population.unstack(_timing_population(init, state_shape, 1, backend))))
         elif step_loop == "dispatch":  # one compile serves dispatched runs of every length
+            if backend in population.APART_BACKENDS:  # held apart, as the driver holds them through a chunk
+                nodes = population.unstack(nodes)
             call = jax.jit(step, donate_argnums=0).lower(nodes).compile()
         run = runner(length, nodes)
         per_step, nodes = timed(run, nodes, length)

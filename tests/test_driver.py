@@ -40,36 +40,38 @@ def test_any_chunking_gives_the_same_state(eval_every, step_loop):
 
 
 @pytest.mark.parametrize("step_loop", driver.STEP_LOOPS)
-def test_the_eager_loop_holds_the_state_in_its_layout_within_a_chunk(step_loop):
-    # The layout (count held as a tagged tuple here) wraps each chunk of the eager loop, and only that loop: its
-    # steps see the state apart, evaluations and the result see it together, the run is unchanged.
+def test_the_eager_and_dispatch_loops_hold_the_state_in_its_layout_within_a_chunk(step_loop):
+    # The layout (the state held in a one-key dict here) wraps each chunk of the eager and dispatch loops, not a
+    # scan's: their steps (the dispatched one jitted for the state so held) see the state apart, evaluations and
+    # the result see it together, the run is unchanged.
     calls = []
 
     def apart(state):
         calls.append("apart")
-        return ("apart", state)
+        return {"apart": state}
 
     def together(held):
         calls.append("together")
-        return held[1]
+        return held["apart"]
 
     system = counter_system(step_loop, layout=driver.Layout(apart, together))
     plain_step = system.step
+    held_apart = step_loop in ("eager", "dispatch")
 
     def step(held, data):
-        if step_loop == "eager":
-            assert held[0] == "apart"
-            state, info = plain_step(held[1], data)
-            return ("apart", state), info
+        if held_apart:
+            assert set(held) == {"apart"}
+            state, info = plain_step(held["apart"], data)
+            return {"apart": state}, info
         return plain_step(held, data)
 
     result = driver.train(system._replace(step=step), jnp.float32(2.0), num_steps=10, eval_every=4,
                           key=jax.random.PRNGKey(0), progress=False)
     assert float(result["state"][1]) == 90.0 and [r["count"] for r in result["history"]] == [4, 8, 10]
-    assert calls == (["apart", "together"] * 3 if step_loop == "eager" else [])
+    assert calls == (["apart", "together"] * 3 if held_apart else [])
 
     def interrupted_step(held, data):  # a stop within the second chunk, while the state is held apart
-        if int(held[1][0]) == 6:
+        if int(held["apart"][0]) == 6:
             raise KeyboardInterrupt
         return step(held, data)
 

@@ -118,6 +118,29 @@ def test_unrolled_nodes_update_at_once_and_failed_nodes_keep_their_state(tiny_da
     assert not np.allclose(a.nodes.params["Dense_0"]["kernel"][0], start.nodes.params["Dense_0"]["kernel"][0])
 
 
+def test_dispatched_unrolled_nodes_are_held_apart_within_a_chunk_and_train_as_vmap(tiny_dataset, monkeypatch):
+    """Under "unrolled" with the "dispatch" loop the driver holds node states apart within a chunk (one jitted step
+    on N separate sets of buffers, no slice or stack of the population): the same run as vmap's, gossip and a
+    node down included; a scan keeps them stacked."""
+    unstacks = []
+    unstack = population.unstack
+    monkeypatch.setattr(population, "unstack", lambda tree: unstacks.append(1) or unstack(tree))
+    base = network.NetworkConfig(num_nodes=3, num_neighbours=1, batch_size=5, num_steps=6, eval_every=3,
+                                 content="true_labels", gossip_every=2, failure_schedule=((1, 0, 4),))
+    run = lambda backend, step_loop: network.train_network(  # noqa: E731
+        base.replace(backend=backend, step_loop=step_loop), MODEL, tiny_dataset, progress=False)
+    vmapped = run("vmap", "dispatch")
+    scanned = run("unrolled", "scan")
+    assert unstacks == []
+    apart = run("unrolled", "dispatch")
+    assert apart["network"].layout is network.NODES_APART
+    assert len(unstacks) >= 2  # at each chunk's start (and around each gossip round, inside the jitted step)
+    for other in (scanned, apart):
+        assert not isinstance(other["state"].nodes, population.Unstacked)  # evaluated and returned together
+        chex.assert_trees_all_close(other["state"].nodes, vmapped["state"].nodes, rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_close(other["state"].inbox, vmapped["state"].inbox, rtol=1e-5, atol=1e-6)
+
+
 def test_chunked_scan_equals_step_by_step(tiny_dataset):
     net, data = build(tiny_dataset, content="true_labels")
     expected, _ = run_steps(net, data, 7)

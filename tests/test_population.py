@@ -89,6 +89,21 @@ def test_lift_train_updates_an_unrolled_population_at_once():
         chex.assert_trees_all_close(outs["halves"], outs["whole"], rtol=1e-5, atol=1e-6)  # as every lift
 
 
+def test_lift_train_updates_nodes_held_apart_each_where_it_lies():
+    """Given node states :class:`Unstacked` (the "dispatch" loop under "unrolled"), lift_train runs each node's whole
+    step on its own buffers and keeps them apart: the stacked population's values, step after step."""
+    x, y, keys = batches()
+    state = population.init_population(init_node, jax.random.PRNGKey(0), N)
+    step = jax.jit(population.lift_train(TRAIN_STEP, backend="unrolled"))
+    stacked, apart = state, population.unstack(state)
+    for t in range(STEPS):
+        stacked, (loss, _) = step(stacked, x[t], y[t], keys[t])
+        apart, aux = population.state_and_aux(step(apart, x[t], y[t], keys[t]))
+        assert isinstance(apart, population.Unstacked)
+        chex.assert_trees_all_close(population.restack(apart), stacked, rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_close(aux[0], loss, rtol=1e-5, atol=1e-6)
+
+
 def test_lift_train_lifts_a_plain_step_whole():
     """A step without gradients/update halves (a research program's own function) is lifted as lift lifts it."""
     x, y, keys = batches()
@@ -173,6 +188,14 @@ def test_unstacked_nodes_round_trip_and_loop_updates_them_where_they_lie():
     for name in stacked:
         np.testing.assert_array_equal(population.restack(nodes)[name], want_nodes[name])
     assert population.state_and_aux((want_nodes, want_aux))[1] is want_aux  # a stacked pair as it is
+    # "unrolled" in a jitted step (the "dispatch" loop's): the same, node by node, no slice or stack of the states
+    unrolled = jax.jit(lambda nodes, xs: population.state_and_aux(
+        population.lift(step, backend="unrolled", in_axes=(0, 0, None))(nodes, xs, 2.0)))
+    nodes, aux = unrolled(apart, xs)
+    assert isinstance(nodes, population.Unstacked) and len(nodes.trees) == 3
+    np.testing.assert_array_equal(aux, want_aux)
+    for name in stacked:
+        np.testing.assert_array_equal(population.restack(nodes)[name], want_nodes[name])
 
 
 def test_in_a_sweep_a_round_runs_only_on_the_steps_some_run_is_due_and_only_for_the_runs_due():
@@ -219,6 +242,10 @@ def test_when_due_applies_a_population_operation_only_when_due_in_either_layout(
         assert isinstance(apart, population.Unstacked) and count == int(bool(due))
         assert len(calls) == int(bool(due))  # eager: regrouped and called only when due
         np.testing.assert_array_equal(population.restack(apart)["w"], nodes["w"])
-    traced = jax.jit(lambda step: population.when_due(step % 2 == 1, average, stacked, jnp.int32(0)))
-    np.testing.assert_array_equal(traced(jnp.int32(1))[0]["w"], [[2.0, 3.0]] * 3)
-    np.testing.assert_array_equal(traced(jnp.int32(2))[0]["w"], stacked["w"])
+    traced = jax.jit(lambda step, nodes: population.when_due(step % 2 == 1, average, nodes, jnp.int32(0)))
+    np.testing.assert_array_equal(traced(jnp.int32(1), stacked)[0]["w"], [[2.0, 3.0]] * 3)
+    np.testing.assert_array_equal(traced(jnp.int32(2), stacked)[0]["w"], stacked["w"])
+    for step, want in ((1, [[2.0, 3.0]] * 3), (2, stacked["w"])):  # apart in a jitted step: a cond, kept apart
+        apart, count = traced(jnp.int32(step), population.unstack(stacked))
+        assert isinstance(apart, population.Unstacked) and int(count) == step % 2
+        np.testing.assert_array_equal(population.restack(apart)["w"], want)

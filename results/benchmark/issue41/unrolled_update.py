@@ -37,35 +37,48 @@ def measure(num_nodes: int) -> dict:
             net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
             step = jax.jit(net.step, donate_argnums=0)
             state = jax.tree_util.tree_map(lambda x: x.copy(), net.init(jax.random.PRNGKey(0)))  # no shared buffer
-            start = time.perf_counter()
-            state = jax.block_until_ready(step(state, data)[0])
-            runs[name] = {"step": step, "state": state, "compile_s": time.perf_counter() - start, "ms": []}
+            runs[name] = first_call(step, state, data)
     finally:
         population.lift_train = halves
+    return interleaved(runs, data)
+
+
+def first_call(step, state, data) -> dict:
+    """``step`` compiled and run once on ``state``: ``{"step", "state", "compile_s"}``."""
+    start = time.perf_counter()
+    state = jax.block_until_ready(step(state, data)[0])
+    return {"step": step, "state": state, "compile_s": time.perf_counter() - start}
+
+
+def interleaved(runs: dict, data) -> dict:
+    """Each run's step timed in :data:`ROUNDS` interleaved rounds of :data:`CALLS` calls: ``{name: {"compile_s",
+    "ms"}}``."""
+    ms = {name: [] for name in runs}
     for _ in range(ROUNDS):
-        for run in runs.values():
+        for name, run in runs.items():
             start = time.perf_counter()
             for _ in range(CALLS):
                 run["state"] = run["step"](run["state"], data)[0]
             jax.block_until_ready(run["state"])
-            run["ms"].append((time.perf_counter() - start) / CALLS * 1e3)
-    return {name: {"compile_s": run["compile_s"], "ms": run["ms"]} for name, run in runs.items()}
+            ms[name].append((time.perf_counter() - start) / CALLS * 1e3)
+    return {name: {"compile_s": run["compile_s"], "ms": ms[name]} for name, run in runs.items()}
 
 
-def main(sizes: list[int]) -> None:
+def print_table(measure, sizes: list[int], what: str, before: str, after: str) -> None:
+    """The markdown table of ``measure(n) -> {before: ..., after: ...}`` (:func:`interleaved`) for each N."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"Commit `{commit}`, {platform.processor() or platform.machine()}, {jax.device_count()} x "
           f"{jax.default_backend()}, jax {jax.__version__}; {ROUNDS} interleaved rounds of {CALLS} steps.\n")
-    print("| nodes | optimiser | compile s | ms a step (best) | rounds (ms) | stacked / per node |")
+    print(f"| nodes | {what} | compile s | ms a step (best) | rounds (ms) | {after} / {before} |")
     print("|---|---|---|---|---|---|")
     for n in sizes:
         out = measure(n)
-        ratio = min(out["per node"]["ms"]) / min(out["stacked"]["ms"])
+        ratio = min(out[before]["ms"]) / min(out[after]["ms"])
         for name, run in out.items():
             rounds = ", ".join(f"{ms:.0f}" for ms in run["ms"])
             print(f"| {n} | {name} | {run['compile_s']:.1f} | {min(run['ms']):.1f} | {rounds} | "
-                  + (f"{ratio:.2f}x faster |" if name == "stacked" else "|"))
+                  + (f"{ratio:.2f}x faster |" if name == after else "|"))
 
 
 if __name__ == "__main__":
-    main([int(n) for n in sys.argv[1:]] or [10, 20])
+    print_table(measure, [int(n) for n in sys.argv[1:]] or [10, 20], "optimiser", "per node", "stacked")

@@ -1,0 +1,38 @@
+"""Nodes held apart in the dispatched unrolled step (issue 41, a lever; population.Unstacked, driver.Layout).
+
+The chapter-2 benchmark CNN (`jaxcomm.harness.bench.model_and_data("cnn")`), N nodes, backend "unrolled", one jitted
+network step a call with its state donated: node states stacked (every step slices each node's parameters out of
+the stack, stacks the gradients back for one Adam pass over the stack, and copies the stacked parameters it
+updates in place) against node states apart (each node's step reads and updates its own buffers, as the driver now
+holds them within a chunk of dispatched steps). Both compiled in one process, timed in interleaved rounds (the
+best round of each). From the repository root:
+
+    python results/benchmark/issue41/nodes_apart.py 10 20 > results/benchmark/issue41/nodes_apart.md
+"""
+import pathlib
+import sys
+
+import jax
+
+from jaxcomm import network, population
+from jaxcomm.harness import bench
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from unrolled_update import first_call, interleaved, print_table  # noqa: E402
+
+
+def measure(num_nodes: int) -> dict:
+    model, dataset = bench.model_and_data("cnn")
+    config = network.NetworkConfig(num_nodes=num_nodes, content="none", batch_size=32, backend="unrolled",
+                                   step_loop="dispatch")
+    data = network.network_data(dataset, config)
+    net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
+    step = jax.jit(net.step, donate_argnums=0)
+    stacked = bench.initial(net)
+    apart = bench.initial(net)
+    apart = apart._replace(nodes=population.unstack(apart.nodes))
+    return interleaved({"stacked": first_call(step, stacked, data), "apart": first_call(step, apart, data)}, data)
+
+
+if __name__ == "__main__":
+    print_table(measure, [int(n) for n in sys.argv[1:]] or [10, 20], "node states", "stacked", "apart")
