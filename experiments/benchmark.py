@@ -423,7 +423,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="folder holding the datasets (sets $JAXCOMM_DATA_DIR; the rows use the shipped sample)")
     parser.add_argument("--write-choices", action="store_true",
-                        help="also write the measured-best backends to jaxcomm/assets/backends.json")
+                        help="also write the measured rows' rankings to jaxcomm/assets/backends.json (each row "
+                             "measured replaces its own; the others are kept)")
     parser.add_argument("--timeout", type=int, default=None,
                         help="seconds per row (default 1800; 300 for the gpu suite)")
     parser.add_argument("--no-sweeps", action="store_true", help="skip the sweep rows")

@@ -558,7 +558,9 @@ def shipped_estimate(shipped: Sequence[Mapping[tuple[str, str], float]], pair: t
 
 def write_backend_choices(summary: dict, platform: str | None = None, *,
                           families: Mapping[str, str] | None = None) -> pathlib.Path:
-    """Records a benchmark summary's rankings for :func:`choose` (other platforms kept).
+    """Records a benchmark summary's rankings for :func:`choose`: each row measured replaces the platform's row of
+    the same (family, N, batch size); the platform's other rows and other platforms are kept (a run of a few rows,
+    ``--only``, or one interrupted, updates those rows only).
 
     Args:
       summary: rows with ``workload``, ``num_nodes``, ``batch_size`` and
@@ -580,6 +582,10 @@ def write_backend_choices(summary: dict, platform: str | None = None, *,
                 "ranking": [list(pair) for pair in sorted(speeds, key=speeds.get, reverse=True)],
                 "node_steps_per_s": {_name(pair): round(v, 4) for pair, v in speeds.items()}})
     choices = _load_choices()
-    choices[platform] = table
+    kept = choices.setdefault(platform, {})
+    for family, rows in table.items():
+        measured = {(row["num_nodes"], row["batch_size"]) for row in rows}
+        rows += [row for row in kept.get(family, []) if (row["num_nodes"], row["batch_size"]) not in measured]
+        kept[family] = sorted(rows, key=lambda row: (row["batch_size"], row["num_nodes"]))
     _CHOICES_FILE.write_text(json.dumps(choices, indent=1) + "\n")
     return _CHOICES_FILE

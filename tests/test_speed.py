@@ -167,7 +167,19 @@ def test_choices_round_trip_and_nearest_row(tmp_path, monkeypatch):
     assert speed.choose("conv", 10, platform="tpu") == ("vmap", "scan")
     # Without a mapping the workload names are the families.
     speed.write_backend_choices(fake_summary(), platform="cpu")
-    assert set(json.loads((tmp_path / "backends.json").read_text())["cpu"]) == {"student", "teacher", "cnn"}
+    assert set(json.loads((tmp_path / "backends.json").read_text())["cpu"]) == {"mlp", "wide_mlp", "conv", "student",
+                                                                                 "teacher", "cnn"}
+    # A run of some rows (--only, or interrupted) replaces those rows and keeps the others.
+    one = fake_summary()
+    one["rows"] = {"cnn_n4": {**one["rows"]["cnn_n4"], "num_nodes": 8}}
+    speed.write_backend_choices(one, platform="cpu", families=FAMILY)
+    conv = json.loads((tmp_path / "backends.json").read_text())["cpu"]["conv"]
+    assert [(row["num_nodes"], row["batch_size"]) for row in conv] == [(4, 32), (8, 32)]
+    one["rows"]["cnn_n4"]["vmap_dispatch_node_steps_per_s"] = 9.0  # measured again: replaced
+    speed.write_backend_choices(one, platform="cpu", families=FAMILY)
+    conv = json.loads((tmp_path / "backends.json").read_text())["cpu"]["conv"]
+    assert len(conv) == 2 and conv[1]["ranking"][0] == ["vmap", "dispatch"]
+    assert json.loads((tmp_path / "backends.json").read_text())["cpu"]["mlp"] == written["cpu"]["mlp"]
 
 
 def test_rule_of_thumb_without_measurements(tmp_path, monkeypatch):
