@@ -90,7 +90,14 @@ from jaxcomm.harness.bench import (
     run_sweeps,
     timed,
 )
-from jaxcomm.harness.reports.benchmark import format_table, merge_method_sweeps, merge_scale, merge_sweeps, write_report
+from jaxcomm.harness.reports.benchmark import (
+    format_table,
+    merge_method_sweeps,
+    merge_rows,
+    merge_scale,
+    merge_sweeps,
+    write_report,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The family (jaxcomm.speed.family_of) each workload's measurements are recorded under for backend="auto".
@@ -431,6 +438,9 @@ def main(argv=None) -> int:
     parser.add_argument("--merge-sweeps", nargs=2, metavar=("SWEEPS_DIR", "INTO_DIR"), default=None,
                         help="copy the sweeps of the run in SWEEPS_DIR into the summary in INTO_DIR (named as "
                              "measured apart) and redraw its table; nothing runs")
+    parser.add_argument("--merge-rows", nargs=2, metavar=("PART_DIR", "INTO_DIR"), default=None,
+                        help="the rows of the run in PART_DIR replace those of the same name in the summary in "
+                             "INTO_DIR (named as measured apart) and redraw its table; nothing runs")
     parser.add_argument("--merge-method-sweeps", nargs=2, metavar=("PART_DIR", "INTO_DIR"), default=None,
                         help="put a run's method sweeps beside the network sweeps of another summary and redraw it")
     parser.add_argument("--scale", action="store_true",
@@ -455,6 +465,9 @@ def main(argv=None) -> int:
         return 0
     if args.measure_scale:
         print(json.dumps(measure_scale(**json.loads(args.measure_scale))))
+        return 0
+    if args.merge_rows:
+        merge_rows(*args.merge_rows)
         return 0
     if args.merge_method_sweeps:
         merge_method_sweeps(*args.merge_method_sweeps)

@@ -116,6 +116,24 @@ def test_merge_scale_copies_the_suite_and_names_the_run_it_came_from(tmp_path):
     assert "| cnn_scale |" in table and f"its own table: `{part}/table.md`" in table
 
 
+def test_merge_rows_replaces_rows_by_name_and_names_the_runs_they_came_from(tmp_path):
+    into, first, second = tmp_path / "into", tmp_path / "first", tmp_path / "second"
+    failed = lambda why: {"error": why}  # noqa: E731  (rows drawn as failed: no fields needed)
+    for folder, rows in ((into, {"a": failed("1"), "b": failed("2")}), (first, {"b": failed("3"), "c": failed("4")}),
+                         (second, {"b": failed("5")})):
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps(_summary(rows=rows, command=f"run {folder.name}")))
+    benchmark_report.merge_rows(first, into)
+    benchmark_report.merge_rows(second, into)
+    merged = json.loads((into / "summary.json").read_text())
+    assert merged["rows"] == {"a": failed("1"), "b": failed("5"), "c": failed("4")}  # the summary's order kept
+    assert [(run["rows"], run["command"], run["out_dir"]) for run in merged["rows_runs"]] == [
+        (["c"], "run first", str(first)), (["b"], "run second", str(second))]
+    assert merged["command"] == "run into"
+    table = (into / "table.md").read_text()
+    assert "Rows c are from a later run" in table and f"`{second}/table.md`" in table
+
+
 def test_the_benchmark_exits_non_zero_when_a_scale_row_fails(tmp_path):
     """A scale row whose child times out is marked failed in the table, and the script says so by its exit status."""
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--quick", "--only",

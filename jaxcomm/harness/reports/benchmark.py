@@ -34,6 +34,11 @@ def format_table(summary: dict) -> str:
     ]
     if summary.get("interrupted"):
         lines.append(f"**Interrupted** before it ended; not run: {', '.join(summary['not_run']) or 'none'}.")
+    for other in summary.get("rows_runs", []):  # rows measured again in another run, merged by --merge-rows
+        lines.append(f"Rows {', '.join(other['rows'])} are from a later run that replaced this one's: "
+                     f"`{other['command']}` (commit `{other['git_commit']}`, wall time {other['wall_seconds']:.0f} s, "
+                     f"float32 matmul {other['matmul_gflops']:.1f} GFLOP/s that day); its own table: "
+                     f"`{other['out_dir']}/table.md`.")
     if summary["rows"]:
         lines += _rows_table(summary["rows"]) + _cold_table(summary["rows"])
         platform = jaxcomm_platform(summary["device"])
@@ -207,6 +212,24 @@ def merge_run(key: str, part_dir: str | pathlib.Path, into_dir: str | pathlib.Pa
     summary = json.loads(path.read_text())
     summary[key] = part[key]
     summary[f"{key}_run"] = {field: part[field] for field in fields} | {"out_dir": str(part_dir)}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_report(into_dir)
+
+
+def merge_rows(part_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> None:
+    """The rows of the run in ``part_dir`` replace the rows of the same name in the summary in ``into_dir`` (which
+    keeps its order; a row it lacks is added), ``rows_runs`` naming where they were measured, and its table
+    redrawn."""
+    part = json.loads((pathlib.Path(part_dir) / "summary.json").read_text())
+    path = pathlib.Path(into_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["rows"] = {**summary["rows"], **part["rows"]}
+    earlier = [run | {"rows": [name for name in run["rows"] if name not in part["rows"]]}
+               for run in summary.get("rows_runs", [])]
+    summary["rows_runs"] = [run for run in earlier if run["rows"]] + [
+        {"rows": list(part["rows"]), **{field: part[field] for field in ("command", "git_commit", "wall_seconds",
+                                                                          "matmul_gflops", "device")},
+         "out_dir": str(part_dir)}]
     path.write_text(json.dumps(summary, indent=2) + "\n")
     write_report(into_dir)
 
