@@ -50,7 +50,8 @@ def main() -> None:
     for name, f in cases.items():
         jf = jax.jit(f)
         text = jf.lower(x, w, g).compile().as_text()
-        how = "YNNPACK fusion" if "__ynn_fusion" in text else "oneDNN fusion" if "__onednn_fusion" in text else "XLA dot"
+        how = ("YNNPACK fusion" if "__ynn_fusion" in text else "oneDNN fusion" if "__onednn_fusion" in text
+               else "XLA dot")
         line(name, best_ms(lambda jf=jf: jf(x, w, g)), how)
     try:
         import torch
