@@ -102,7 +102,7 @@ from jaxcomm.harness.reports.benchmark import (
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The family (jaxcomm.speed.family_of) each workload's measurements are recorded under for backend="auto".
 FAMILIES = {"student": "mlp", "teacher": "wide_mlp", "cnn": "conv"}
-EAGER_CHUNK = 20  # steps per timed call of the "eager" step loop
+EAGER_CHUNK = 20  # steps per timed call of a step loop holding node states apart ("eager"; "unrolled" dispatched)
 ROUNDS = 3  # interleaved rounds of the best pair and the thesis' loop, for their ratio
 
 
@@ -210,7 +210,7 @@ def measure_row(row: Row) -> dict:
     """All measurements of one row, in this process."""
     import jax
 
-    from jaxcomm import driver, flops, network
+    from jaxcomm import driver, flops, network, population
 
     model, dataset = model_and_data(row.workload)
     base = network.NetworkConfig(num_nodes=row.num_nodes, content="none", batch_size=row.batch_size,
@@ -221,9 +221,11 @@ def measure_row(row: Row) -> dict:
     # A chunk of roughly 0.1-0.5 s, so timing overhead stays small (an accelerator's steps take milliseconds).
     on_cpu = jax.default_backend() == "cpu"
     chunk = {"student": 50, "teacher": 2, "cnn": 1}[row.workload] if on_cpu else 50
-    # "eager" holds node states apart within a chunk and stacks them at its end, once per evaluation interval in
-    # training (100s of steps): timed in chunks of EAGER_CHUNK steps, that cost is counted, not magnified.
-    chunk_of = lambda step_loop: max(chunk, EAGER_CHUNK) if step_loop == "eager" else chunk  # noqa: E731
+    # "eager", and "dispatch" under a lift that takes them so, hold node states apart within a chunk and stack them
+    # at its end, once per evaluation interval in training (100s of steps): timed in chunks of EAGER_CHUNK steps,
+    # that cost is counted, not magnified (a 1-step chunk would pay it every step)
+    chunk_of = lambda pair: (max(chunk, EAGER_CHUNK) if pair[1] == "eager" or  # noqa: E731
+                             (pair[1] == "dispatch" and pair[0] in population.APART_BACKENDS) else chunk)
     result = {"workload": row.workload, "num_nodes": row.num_nodes, "batch_size": row.batch_size}
     if row.cold:  # first, as a user's first run: nothing of this model compiled yet
         result["cold_choice"] = cold_choice(make, base)
@@ -236,7 +238,8 @@ def measure_row(row: Row) -> dict:
         data = network.network_data(dataset, base)
         state = initial(net)
         run = loop_of(net)
-        compile_seconds[f"{backend}_{step_loop}"], steps_per_s, state = timed(run, state, data, chunk_of(step_loop))
+        compile_seconds[f"{backend}_{step_loop}"], steps_per_s, state = timed(run, state, data,
+                                                                              chunk_of((backend, step_loop)))
         speeds[backend, step_loop] = steps_per_s * row.num_nodes
         if leader is None or speeds[backend, step_loop] > speeds[leader[0]]:  # kept, compiled, for the rounds below
             leader = ((backend, step_loop), run, state, data)
@@ -251,7 +254,7 @@ def measure_row(row: Row) -> dict:
         cold["of_fastest_once"] = cold["node_steps_per_s"] / max(speeds.values())
         cold["of_fastest"], cold["rounds"] = 1.0, None
         if picked[0] != leader[0]:  # both again in interleaved rounds, the best of each, as best / loop below
-            timed_pick, timed_leader = ([run, state, data, chunk_of(pair[1])] for pair, run, state, data in
+            timed_pick, timed_leader = ([run, state, data, chunk_of(pair)] for pair, run, state, data in
                                         (picked, leader))
             rounds = dict(zip(("picked", "fastest"), interleaved(timed_pick, timed_leader, row.num_nodes), strict=True))
             leader = (*leader[:2], timed_leader[1], leader[3])
@@ -260,7 +263,8 @@ def measure_row(row: Row) -> dict:
     per_backend = {b: max(v for (bb, _), v in speeds.items() if bb == b) for b in row.backends}
     result.update({f"{b}_node_steps_per_s": v for b, v in per_backend.items()})
     result["eager_node_steps_per_s"] = speeds["loop", "eager"]  # "loop_node_steps_per_s" is the thesis' way
-    result["eager_chunk"] = chunk_of("eager")
+    result["eager_chunk"] = chunk_of(("loop", "eager"))
+    result["unrolled_dispatch_chunk"] = chunk_of(("unrolled", "dispatch"))
     result["compile_seconds"] = compile_seconds
 
     # The thesis' way: N one-node networks, each step a separate call, one node after another.
@@ -286,7 +290,8 @@ def measure_row(row: Row) -> dict:
         # The ratio best / loop from both measured again in interleaved rounds (the best of each): measured minutes
         # apart, a slow minute of a shared machine would decide it.
         loop_rates, best_rates = interleaved([thesis_loop, states, one_data, 1],
-                                             [best_run, best_state, best_data, chunk_of(best_loop)], row.num_nodes)
+                                             [best_run, best_state, best_data, chunk_of((best, best_loop))],
+                                             row.num_nodes)
         result["loop_node_steps_per_s"], result["best_node_steps_per_s"] = max(loop_rates), max(best_rates)
         result["rounds"] = {"loop": loop_rates, "best": best_rates}
     del best_state, leader
@@ -302,7 +307,8 @@ def measure_row(row: Row) -> dict:
         config = base.replace(backend=best, step_loop=best_loop, content="true_labels")
         net = make(config)
         state = initial(net)
-        _, with_inbox, state = timed(loop_of(net), state, network.network_data(dataset, config), chunk_of(best_loop))
+        _, with_inbox, state = timed(loop_of(net), state, network.network_data(dataset, config),
+                                 chunk_of((best, best_loop)))
         result["with_inbox_node_steps_per_s"] = with_inbox * row.num_nodes
         result["inbox_share_of_step"] = max(0.0, 1.0 - with_inbox * row.num_nodes / speeds[best, best_loop])
         inbox_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state.inbox))

@@ -81,6 +81,10 @@ def _rows_table(rows: dict) -> list[str]:
     rounds = max((len(r["rounds"]["loop"]) for r in rows.values() if "rounds" in r), default=0)
     apart = (f", node states held apart within a chunk and stacked at its end; timed in calls of "
              f"{'/'.join(map(str, chunks))} steps" if chunks else "")
+    # since unrolled dispatched steps hold them apart too (their chunks timed as long)
+    unrolled = sorted({r["unrolled_dispatch_chunk"] for r in rows.values() if "unrolled_dispatch_chunk" in r})
+    apart += (f"; `unrolled` with one call per step holds them apart too, timed in calls of "
+              f"{'/'.join(map(str, unrolled))} steps" if unrolled else "")
     lines = [
         "",
         "Node-steps per second (one node's forward + backward + Adam on a minibatch, as the engine runs it: "
