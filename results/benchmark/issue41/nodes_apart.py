@@ -14,19 +14,16 @@ import sys
 
 import jax
 
-from jaxcomm import network, population
+from jaxcomm import population
 from jaxcomm.harness import bench
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from unrolled_update import first_call, interleaved, print_table  # noqa: E402
+from unrolled_update import cnn_network, first_call, interleaved, print_table  # noqa: E402
 
 
 def measure(num_nodes: int) -> dict:
-    model, dataset = bench.model_and_data("cnn")
-    config = network.NetworkConfig(num_nodes=num_nodes, content="none", batch_size=32, backend="unrolled",
-                                   step_loop="dispatch")
-    data = network.network_data(dataset, config)
-    net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
+    build, data = cnn_network(num_nodes)
+    net = build()
     step = jax.jit(net.step, donate_argnums=0)
     stacked = bench.initial(net)
     apart = bench.initial(net)

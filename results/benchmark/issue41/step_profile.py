@@ -12,6 +12,7 @@ independent ops on its threads at once, so the kinds add up to more than the wal
 """
 import collections
 import glob
+import pathlib
 import re
 import sys
 import tempfile
@@ -20,18 +21,18 @@ import time
 import jax
 from jax._src.lib import _profile_data
 
-from jaxcomm import network, population
+from jaxcomm import population
 from jaxcomm.harness import bench
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from unrolled_update import cnn_network  # noqa: E402
 
 STEPS = 5
 
 
 def main(num_nodes: int, layout: str) -> None:
-    model, dataset = bench.model_and_data("cnn")
-    config = network.NetworkConfig(num_nodes=num_nodes, content="none", batch_size=32, backend="unrolled",
-                                   step_loop="dispatch")
-    data = network.network_data(dataset, config)
-    net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
+    build, data = cnn_network(num_nodes)
+    net = build()
     state = bench.initial(net)
     if layout == "apart":
         state = state._replace(nodes=population.unstack(state.nodes))

@@ -25,16 +25,24 @@ def whole(step, *, backend, **kwargs):  # the step before lift_train: every node
     return population.lift(step, backend=backend, **kwargs)
 
 
-def measure(num_nodes: int) -> dict:
+def cnn_network(num_nodes: int):
+    """``(build, data)``: the benchmark's isolated CNN nodes, unrolled and dispatched; ``build()`` makes the
+    network (again, to read a swapped module attribute)."""
     model, dataset = bench.model_and_data("cnn")
     config = network.NetworkConfig(num_nodes=num_nodes, content="none", batch_size=32, backend="unrolled",
                                    step_loop="dispatch")
-    data = network.network_data(dataset, config)
+    image_shape = dataset.train.images.shape[1:]
+    return (lambda: network.make_network(config, model, image_shape=image_shape, num_classes=10),
+            network.network_data(dataset, config))
+
+
+def measure(num_nodes: int) -> dict:
+    build, data = cnn_network(num_nodes)
     runs, halves = {}, population.lift_train
     try:
         for name, lift in (("per node", whole), ("stacked", halves)):
             population.lift_train = lift  # read when the network is built
-            net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
+            net = build()
             step = jax.jit(net.step, donate_argnums=0)
             state = jax.tree_util.tree_map(lambda x: x.copy(), net.init(jax.random.PRNGKey(0)))  # no shared buffer
             runs[name] = first_call(step, state, data)
