@@ -2,7 +2,10 @@
 new folder whose config selects only those points, then resumed there (each run restores at its last step, no
 training), so the part gets its summary, table and plots. From the repository root:
 
-    python results/outputs_exchange/studies_5000/part.py NAME POINTS   # POINTS comma-separated, e.g. tau=1,tau=4
+    python results/outputs_exchange/studies_5000/part.py NAME POINTS [SOURCE]
+
+POINTS: comma-separated, e.g. tau=1,tau=4. SOURCE: the long run's folder (default
+runs/outputs_exchange/studies_5000_10nodes; the frequency study's: runs/outputs_exchange/studies_5000_frequency).
 """
 import json
 import pathlib
@@ -10,8 +13,9 @@ import shutil
 import subprocess
 import sys
 
-SRC = pathlib.Path("runs/outputs_exchange/studies_5000_10nodes/checkpoints")  # the long run's, from the repository root
 name, points = sys.argv[1], sys.argv[2]
+# the long run's checkpoints, from the repository root
+SRC = pathlib.Path(sys.argv[3] if len(sys.argv) > 3 else "runs/outputs_exchange/studies_5000_10nodes") / "checkpoints"
 out = pathlib.Path(f"runs/outputs_exchange/{name}")  # moved into results/outputs_exchange/studies_5000/ afterwards
 args = ["--preset", "cpu", "rows=10_nodes_no_sharing,10_nodes_true_labels", "time_budget_s=0", "study_steps=5000",
         "study_eval_every=500", f"study_points={points}"]
