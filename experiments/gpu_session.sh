@@ -15,6 +15,9 @@
 #            outputs_exchange.merge_runs)
 #   recipe   the thesis CNN's recipe chosen on validation (batch 32/128/256, flips and crops, Adam 1e-3/3e-3, cosine)
 #   table23  Table 2.3 at its thesis preset
+#   studies5000  issue 39's nodes study at 5,000 steps on the CPU runs' recipe (preset cpu, 3 seeds, beside 10
+#            isolated nodes and 10 sharing true labels); split it over calls by N, e.g. study_node_counts=20,30
+#            then study_node_counts=50 then study_node_counts=100
 #
 # Data: $JAXCOMM_DATA_DIR, else .data/ in the checkout (ignored by git; 45 MB, to carry to a machine that has no
 # ../shared), made by
@@ -23,8 +26,8 @@
 # STAGE_SECONDS (default 540) stops a stage with SIGTERM, which the experiments record as an interrupted run.
 # SMOKE=1 runs every stage at its smoke size (a CPU check of this script); PYTHON names the interpreter (python3).
 set -euo pipefail
-stage=${1:?stage: bench, sweeps, scale, table21a, table21b, recipe or table23}
-case $stage in bench|sweeps|scale|table21a|table21b|recipe|table23) ;; *) echo "unknown stage $stage" >&2; exit 2 ;; esac
+stage=${1:?stage: bench, sweeps, scale, table21a, table21b, recipe, table23 or studies5000}
+case $stage in bench|sweeps|scale|table21a|table21b|recipe|table23|studies5000) ;; *) echo "unknown stage $stage" >&2; exit 2 ;; esac
 out=$(mkdir -p "${2:?OUT_DIR}" && cd "$2" && pwd)
 shift 2  # what is left: the experiment's overrides, e.g. a recipe chosen on validation for table21a/b
 cd "$(dirname "$0")/.."
@@ -32,24 +35,25 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 # Timing every (backend, step loop) pair per network would spend minutes compiling (50 unrolled CNNs): the
 # experiments read the committed GPU ranking of backends.json, or the rule of thumb (vmap + scan) without one.
-[[ $stage = table* || $stage = recipe ]] && export JAXCOMM_AUTOTUNE=${JAXCOMM_AUTOTUNE:-0}
+[[ $stage = table* || $stage = recipe || $stage = studies* ]] && export JAXCOMM_AUTOTUNE=${JAXCOMM_AUTOTUNE:-0}
 export JAXCOMM_DATA_DIR=${JAXCOMM_DATA_DIR:-$PWD/.data}
 runs=runs/gpu-session/$stage
 rm -rf "$runs" && mkdir -p "$runs"
 trap 'tar czf "$out/$stage.tgz" --exclude=checkpoints -C "$runs" . && echo "packed $out/$stage.tgz"' EXIT
 
 batches=cifar-10-batches-bin/test_batch.bin  # the benchmark needs no dataset (the MNIST sample, random images)
-if [[ ($stage = table* || $stage = recipe) && -z ${SMOKE:-} && ! -f $JAXCOMM_DATA_DIR/cifar10/$batches
+if [[ ($stage = table* || $stage = recipe || $stage = studies*) && -z ${SMOKE:-} && ! -f $JAXCOMM_DATA_DIR/cifar10/$batches
       && ! -f $JAXCOMM_DATA_DIR/$batches ]]; then
   "${PYTHON:-python3}" "$JAXCOMM_DATA_DIR/prepare_cifar10.py" "$JAXCOMM_DATA_DIR/cifar10"
 fi
 if [ -n "${SMOKE:-}" ]; then  # the checkout's backends.json is left as it is
   preset=smoke suite=quick seeds=2 choices=() bench_rows=(student_n8 cnn_n4) sweep_rows=(student_r4_n4)
-  scale_rows=(student_scale)
+  scale_rows=(student_scale) studies_preset=smoke studies_steps=()
 else
   preset=thesis suite=gpu seeds=5 choices=(--write-choices)
   bench_rows=(teacher_n32 cnn_n20 cnn_n10 student_n64 teacher_n8 student_n1024 cnn_n256)
   sweep_rows=(cnn_r5_n10 student_r16_n10 cnn_r20_n10 student_r64_n10) scale_rows=(student_scale cnn_scale)
+  studies_preset=cpu studies_steps=(num_seeds=3 study_steps=5000 study_eval_every=500)
 fi
 run() { timeout "${STAGE_SECONDS:-540}" "${PYTHON:-python3}" "$@"; }
 case $stage in
@@ -66,4 +70,7 @@ case $stage in
     run experiments/outputs_exchange.py --preset "$preset" num_seeds=$seeds studies= rows=$rows "$@" --out "$runs" ;;
   recipe) run experiments/chapter2_recipe.py --preset "$preset" "$@" --out "$runs" ;;
   table23) run experiments/unsupervised_exchange.py --preset "$preset" "$@" --out "$runs" ;;
+  studies5000)
+    run experiments/outputs_exchange.py --preset "$studies_preset" rows=10_nodes_no_sharing,10_nodes_true_labels \
+      studies=nodes time_budget_s=0 "${studies_steps[@]}" "$@" --out "$runs" ;;
 esac

@@ -17,8 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "gpu_session.sh"
 
 
-def _stage(stage: str, out: pathlib.Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), stage, str(out)], capture_output=True, text=True, cwd=ROOT,
+def _stage(stage: str, out: pathlib.Path, *overrides: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), stage, str(out), *overrides], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "SMOKE": "1", "PYTHON": sys.executable, **env}, timeout=600)
 
 
@@ -45,6 +45,14 @@ def test_table21_in_two_calls_packs_each_half_and_unpacks_into_one_table(tmp_pat
     markdown = (table / "table.md").read_text()
     assert all(f"| {row} |" in markdown for row in oe_report.ROWS)
     assert "Rows 10_nodes_features, 20_nodes_true_labels come from another run with the same settings" in markdown
+
+
+def test_the_studies_stage_runs_the_nodes_study_at_the_counts_asked_beside_both_references(tmp_path):
+    proc = _stage("studies5000", tmp_path, "study_node_counts=1,4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(_members(tmp_path / "studies5000.tgz")["summary.json"])
+    assert summary["config"]["studies"] == ["nodes"] and summary["config"]["study_node_counts"] == [1, 4]
+    assert set(summary["rows"]) == {"10_nodes_no_sharing", "10_nodes_true_labels"}
 
 
 def test_a_stage_stopped_at_its_limit_still_packs_what_it_has(tmp_path):
