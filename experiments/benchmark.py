@@ -224,8 +224,7 @@ def measure_row(row: Row) -> dict:
     # "eager", and "dispatch" under a lift that takes them so, hold node states apart within a chunk and stack them
     # at its end, once per evaluation interval in training (100s of steps): timed in chunks of EAGER_CHUNK steps,
     # that cost is counted, not magnified (a 1-step chunk would pay it every step)
-    chunk_of = lambda pair: (max(chunk, EAGER_CHUNK) if pair[1] == "eager" or  # noqa: E731
-                             (pair[1] == "dispatch" and pair[0] in population.APART_BACKENDS) else chunk)
+    chunk_of = lambda pair: max(chunk, EAGER_CHUNK) if population.held_apart(*pair) else chunk  # noqa: E731
     result = {"workload": row.workload, "num_nodes": row.num_nodes, "batch_size": row.batch_size}
     if row.cold:  # first, as a user's first run: nothing of this model compiled yet
         result["cold_choice"] = cold_choice(make, base)

@@ -35,25 +35,26 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 # Timing every (backend, step loop) pair per network would spend minutes compiling (50 unrolled CNNs): the
 # experiments read the committed GPU ranking of backends.json, or the rule of thumb (vmap + scan) without one.
-[[ $stage = table* || $stage = recipe || $stage = studies* ]] && export JAXCOMM_AUTOTUNE=${JAXCOMM_AUTOTUNE:-0}
+trains=; [[ $stage = table* || $stage = recipe || $stage = studies* ]] && trains=1  # an experiment, not the benchmark
+[ -n "$trains" ] && export JAXCOMM_AUTOTUNE=${JAXCOMM_AUTOTUNE:-0}
 export JAXCOMM_DATA_DIR=${JAXCOMM_DATA_DIR:-$PWD/.data}
 runs=runs/gpu-session/$stage
 rm -rf "$runs" && mkdir -p "$runs"
 trap 'tar czf "$out/$stage.tgz" --exclude=checkpoints -C "$runs" . && echo "packed $out/$stage.tgz"' EXIT
 
 batches=cifar-10-batches-bin/test_batch.bin  # the benchmark needs no dataset (the MNIST sample, random images)
-if [[ ($stage = table* || $stage = recipe || $stage = studies*) && -z ${SMOKE:-} && ! -f $JAXCOMM_DATA_DIR/cifar10/$batches
+if [[ -n $trains && -z ${SMOKE:-} && ! -f $JAXCOMM_DATA_DIR/cifar10/$batches
       && ! -f $JAXCOMM_DATA_DIR/$batches ]]; then
   "${PYTHON:-python3}" "$JAXCOMM_DATA_DIR/prepare_cifar10.py" "$JAXCOMM_DATA_DIR/cifar10"
 fi
 if [ -n "${SMOKE:-}" ]; then  # the checkout's backends.json is left as it is
   preset=smoke suite=quick seeds=2 choices=() bench_rows=(student_n8 cnn_n4) sweep_rows=(student_r4_n4)
-  scale_rows=(student_scale) studies_preset=smoke studies_steps=()
+  scale_rows=(student_scale) studies_preset=smoke studies_args=()
 else
   preset=thesis suite=gpu seeds=5 choices=(--write-choices)
   bench_rows=(teacher_n32 cnn_n20 cnn_n10 student_n64 teacher_n8 student_n1024 cnn_n256)
   sweep_rows=(cnn_r5_n10 student_r16_n10 cnn_r20_n10 student_r64_n10) scale_rows=(student_scale cnn_scale)
-  studies_preset=cpu studies_steps=(num_seeds=3 study_steps=5000 study_eval_every=500)
+  studies_preset=cpu studies_args=(num_seeds=3 study_steps=5000 study_eval_every=500)
 fi
 run() { timeout "${STAGE_SECONDS:-540}" "${PYTHON:-python3}" "$@"; }
 case $stage in
@@ -72,5 +73,5 @@ case $stage in
   table23) run experiments/unsupervised_exchange.py --preset "$preset" "$@" --out "$runs" ;;
   studies5000)
     run experiments/outputs_exchange.py --preset "$studies_preset" rows=10_nodes_no_sharing,10_nodes_true_labels \
-      studies=nodes time_budget_s=0 "${studies_steps[@]}" "$@" --out "$runs" ;;
+      studies=nodes time_budget_s=0 "${studies_args[@]}" "$@" --out "$runs" ;;
 esac

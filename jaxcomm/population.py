@@ -58,6 +58,12 @@ NODE_AXIS = "nodes"  # mesh axis name of the "sharded" backend
 PyTree = Any
 
 
+def held_apart(backend: str, step_loop: str) -> bool:
+    """Whether the driver holds node states apart (:class:`Unstacked`) through a chunk of ``step_loop`` steps under
+    ``backend``: a lift of :data:`APART_BACKENDS`, outside a scan (which keeps them stacked)."""
+    return backend in APART_BACKENDS and step_loop != "scan"
+
+
 def check_backend(backend: str, *, allow_auto: bool = False) -> None:
     """Raises ValueError unless ``backend`` is one of :data:`BACKENDS` (or "auto")."""
     allowed = (AUTO, *BACKENDS) if allow_auto else BACKENDS

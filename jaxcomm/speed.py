@@ -281,7 +281,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
             # compiles the "loop" lift's per-node program on one node's state (one node-step, not N)
             jax.block_until_ready(step(population.unstack(_timing_population(init, state_shape, 1, backend))))
         elif step_loop == "dispatch":  # one compile serves dispatched runs of every length
-            if backend in population.APART_BACKENDS:  # held apart, as the driver holds them through a chunk
+            if population.held_apart(backend, step_loop):  # as the driver holds them through a chunk
                 nodes = population.unstack(nodes)
             call = jax.jit(step, donate_argnums=0).lower(nodes).compile()
         run = runner(length, nodes)

@@ -249,3 +249,9 @@ def test_when_due_applies_a_population_operation_only_when_due_in_either_layout(
         apart, count = traced(jnp.int32(step), population.unstack(stacked))
         assert isinstance(apart, population.Unstacked) and int(count) == step % 2
         np.testing.assert_array_equal(population.restack(apart)["w"], want)
+
+
+def test_held_apart_names_the_pairs_whose_chunks_hold_node_states_apart():
+    assert population.held_apart("unrolled", "dispatch") and population.held_apart("loop", "eager")
+    assert not population.held_apart("unrolled", "scan")  # a scan keeps them stacked
+    assert not population.held_apart("vmap", "dispatch") and not population.held_apart("patches", "dispatch")
