@@ -19,6 +19,7 @@ resumes through it.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -30,7 +31,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from jaxcomm.population import AUTO
+
 PyTree = Any
+LIFT_FILE = "lift.json"
+"""Beside a run's checkpoints: ``{"backend", "step_loop"}`` it trains under (:meth:`Checkpointer.pinned`)."""
 
 
 class Checkpointer:
@@ -120,6 +125,27 @@ class Checkpointer:
         leaves = [jax.device_put(restored["state"][str(i)]) if isinstance(like, jax.Array) and not _placed(like)
                   else restored["state"][str(i)] for i, like in enumerate(flat)]
         return int(step), jax.tree_util.tree_unflatten(treedef, leaves), dict(restored["meta"])
+
+    def record_lift(self, backend: str, step_loop: str) -> None:
+        """Writes the (backend, step loop) the run trains under beside its checkpoints (:data:`LIFT_FILE`), for
+        :meth:`pinned` to read when it resumes."""
+        if jax.process_index() == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / LIFT_FILE).write_text(json.dumps({"backend": backend, "step_loop": step_loop}) + "\n")
+
+    def pinned(self, config):
+        """``config`` with the backend and step loop its checkpoints trained under where it leaves them to
+        "auto", when this run resumes: a choice measured afresh (another day's timings, a cache of another
+        version) could pick another lift, whose float32 rounding differs (README, "Determinism"), and the resumed
+        run would not be the run it continues. ``config`` has ``backend``, ``step_loop`` and ``replace``."""
+        path = self.directory / LIFT_FILE
+        if not (self.resume and path.is_file()):
+            return config
+        saved = json.loads(path.read_text())
+        backend = saved["backend"] if config.backend == AUTO else config.backend
+        # the step loop only with its own backend: another backend's loop may not be one of its pairs
+        step_loop = saved["step_loop"] if config.step_loop == AUTO and backend == saved["backend"] else config.step_loop
+        return config.replace(backend=backend, step_loop=step_loop)
 
     def close(self) -> None:
         self._manager.close()

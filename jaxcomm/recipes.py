@@ -246,7 +246,8 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
       the gradients, :func:`jaxcomm.bandwidth.allreduce_bytes`), ``num_params``, ``counters``;
       ``data_model`` (of the bytes), ``message_bytes_shared`` and ``bytes_sent_per_node_step_shared``
       (the same messages with indices for inputs, the "shared" data model);
-      ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (training, 0.1 s); when the
+      ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (training, 0.1 s), ``lift``
+      (``"backend/step_loop"`` it trained under: backends agree to float32 rounding, not bit for bit); when the
       records hold a ``validation`` evaluation (``eval_split=("test", "validation")``),
       ``validation_avg_accuracy`` and ``validation_collective_accuracy`` (negentropy) at the final step.
     """
@@ -274,6 +275,7 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
         "num_params": num_params, "counters": final["counters"],
         "consumed_fraction": float(np.mean([h["consumed_fraction"] for h in history])),
         "final_loss": final["loss"], "seconds": round(out["train_seconds"], 1),
+        "lift": f"{net.backend}/{net.step_loop}",
         **({"validation_avg_accuracy": final["validation"]["avg_accuracy"],
             "validation_collective_accuracy": final["validation"]["collective_accuracy"]["negentropy"]}
            if "validation" in final else {}),

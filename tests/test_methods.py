@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -187,6 +189,14 @@ def test_a_trained_run_loads_back_from_its_checkpoints_without_training(tiny_dat
                             checkpointer=Checkpointer(tmp_path / "run", every=3))
     loaded = methods.load(method, config(num_steps=999), MODEL, tiny_dataset, str(tmp_path / "run"))
     assert loaded["resumed_from"] == loaded["steps_done"] == 6 and loaded["history"] == trained["history"]
+    # under the lift it trained with, whatever the config leaves to the chooser (jaxcomm.checkpoint.LIFT_FILE)
+    lift = json.loads((tmp_path / "run" / "lift.json").read_text())
+    assert lift == {"backend": trained["built"].backend, "step_loop": trained["built"].step_loop}
+    other = "loop" if lift["backend"] != "loop" else "vmap"
+    (tmp_path / "run" / "lift.json").write_text(json.dumps({"backend": other, "step_loop": "scan"}))
+    relifted = methods.load(method, config(num_steps=999, backend="auto", step_loop="auto"), MODEL, tiny_dataset,
+                            str(tmp_path / "run"))
+    assert (relifted["built"].backend, relifted["built"].step_loop) == (other, "scan")
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded["state"], trained["state"])
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         methods.load(method, config(), MODEL, tiny_dataset, str(tmp_path / "nothing"))

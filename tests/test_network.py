@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -319,3 +321,46 @@ def test_augmentation_changes_the_images_not_the_minibatches(tiny_dataset):
     # ...but trains on other pixels.
     assert not np.allclose(np.asarray(jax.tree_util.tree_leaves(run_steps(net, data, 1)[0].nodes.params)[0]),
                            np.asarray(jax.tree_util.tree_leaves(plain_state.nodes.params)[0]))
+
+
+@pytest.mark.parametrize("entry", ["train_network", "train_networks"])
+def test_a_resumed_run_goes_on_under_the_lift_its_checkpoints_recorded(tiny_dataset, tmp_path, monkeypatch, entry):
+    # The chooser picks vmap/scan on the first day; the run is interrupted after 3 of 6 steps. On the day it
+    # resumes the chooser would pick unrolled/dispatch: the run goes on under vmap/scan, bit-identical to the run
+    # never interrupted; a new run takes the chooser's pick.
+    from jaxcomm import network_sweep, speed  # noqa: PLC0415
+    from jaxcomm.checkpoint import LIFT_FILE, Checkpointer  # noqa: PLC0415
+
+    pick = ["vmap", "scan"]
+    monkeypatch.setattr(speed, "choose", lambda family, n, *, backend="auto", step_loop="auto", **_: (
+        pick[0] if backend == "auto" else backend, pick[1] if step_loop == "auto" else step_loop))
+    config = network.NetworkConfig(num_nodes=4, num_neighbours=2, batch_size=5, inbox_capacity=3, num_steps=6,
+                                   eval_every=3)  # backend and step loop "auto"
+    plain = network.split_evaluator(tiny_dataset, "test")
+
+    def interrupt_at_6(net, state, done):
+        if done == 6:
+            raise KeyboardInterrupt
+        return plain(net, state, done)
+
+    def train(checkpointer=None, evaluator=None):
+        if entry == "train_network":
+            return network.train_network(config, MODEL, tiny_dataset, progress=False, checkpointer=checkpointer,
+                                         evaluator=evaluator)
+        return network_sweep.train_networks([config], MODEL, tiny_dataset, progress=False, mode="sequential",
+                                            checkpointer=checkpointer, evaluator=evaluator)[0]
+
+    whole = train()
+    with pytest.raises(driver.Interrupted, match="after 3 steps"):
+        train(Checkpointer(tmp_path, every=100), interrupt_at_6)
+    assert json.loads((tmp_path / LIFT_FILE).read_text()) == {"backend": "vmap", "step_loop": "scan"}
+    pick[:] = ["unrolled", "dispatch"]
+    resumed = train(Checkpointer(tmp_path, every=100, resume=True))
+    assert (resumed["network"].backend, resumed["network"].step_loop) == ("vmap", "scan")
+    assert resumed["resumed_from"] == 3
+    strip = lambda history: [{k: v for k, v in r.items() if k != "seconds"} for r in history]  # noqa: E731
+    assert strip(resumed["history"]) == strip(whole["history"])
+    chex.assert_trees_all_equal(resumed["state"].nodes.params, whole["state"].nodes.params)
+    fresh = train(Checkpointer(tmp_path / "new", every=100))
+    assert (fresh["network"].backend, fresh["network"].step_loop) == ("unrolled", "dispatch")
+    assert json.loads((tmp_path / "new" / LIFT_FILE).read_text()) == {"backend": "unrolled", "step_loop": "dispatch"}

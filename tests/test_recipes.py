@@ -89,7 +89,8 @@ def test_summarize_by_hand():
     final = {"avg_accuracy": 50.0, "collective_accuracy": {"negentropy": 60.0, "entropy": 58.0, "mean": 59.0,
                                                            "vote": 57.0},
              "node_accuracies": [40.0, 55.0, 62.5], "counters": {"sent": 90, "received": 90}, "loss": 1.25}
-    net = types.SimpleNamespace(config=config, message_bytes=168, exchange=exchange.true_labels(), payload_dim=10)
+    net = types.SimpleNamespace(config=config, message_bytes=168, exchange=exchange.true_labels(), payload_dim=10,
+                                backend="vmap", step_loop="scan")
     out = {"network": net, "final": final,
            "history": [{"consumed_fraction": 0.25}, {"consumed_fraction": 0.75}], "steps_done": 100,
            "train_seconds": 12.345}
@@ -101,7 +102,8 @@ def test_summarize_by_hand():
         "steps": 100, "bytes_sent_per_node_step": pytest.approx(15.12), "message_bytes": 168,
         "data_model": "private", "message_bytes_shared": 168, "bytes_sent_per_node_step_shared": pytest.approx(15.12),
         "allreduce_bytes_per_node_step": pytest.approx(7200.0), "num_params": 1000,
-        "counters": final["counters"], "consumed_fraction": 0.5, "final_loss": 1.25, "seconds": 12.3}
+        "counters": final["counters"], "consumed_fraction": 0.5, "final_loss": 1.25, "seconds": 12.3,
+        "lift": "vmap/scan"}
     ring = dataclasses.replace(config, topology="ring", num_neighbours=3)
     assert recipes.summarize(out | {"network": net.__class__(**(vars(net) | {"config": ring}))},
                              num_params=1000)["num_neighbours"] == 3
@@ -112,7 +114,8 @@ def test_validation_accuracies_are_summarised_and_averaged_over_seeds():
     final = {"avg_accuracy": 50.0, "collective_accuracy": {"negentropy": 60.0}, "node_accuracies": [40.0, 60.0],
              "counters": {"sent": 90}, "loss": 1.0,
              "validation": {"avg_accuracy": 52.0, "collective_accuracy": {"negentropy": 61.0}}}
-    net = types.SimpleNamespace(config=config, message_bytes=168, exchange=exchange.true_labels(), payload_dim=10)
+    net = types.SimpleNamespace(config=config, message_bytes=168, exchange=exchange.true_labels(), payload_dim=10,
+                                backend="vmap", step_loop="scan")
     out = {"network": net, "final": final, "history": [{"consumed_fraction": 0.5}], "steps_done": 100,
            "train_seconds": 1.0}
     one = recipes.summarize(out, num_params=1000)
