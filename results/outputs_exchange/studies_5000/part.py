@@ -2,13 +2,10 @@
 new folder whose config selects only those points, then resumed there (each run restores at its last step, no
 training), so the part gets its summary, table and plots. From the repository root:
 
-    python results/outputs_exchange/studies_5000/part.py NAME POINTS [SOURCE] [--train-missing]
+    python results/outputs_exchange/studies_5000/part.py NAME POINTS [SOURCE]
 
 POINTS: comma-separated, e.g. tau=1,tau=4. SOURCE: the long run's folder (default
 runs/outputs_exchange/studies_5000_10nodes; the frequency study's: runs/outputs_exchange/studies_5000_frequency).
---train-missing: a new long run seeded with what the source has finished: the runs SOURCE holds (its rows, the
-same networks with the same seeds) are copied, the points it lacks are trained (e.g. the nodes study beside the
-frequency run's two 10-node references); interrupted, it goes on with the folder's own ``--resume``.
 """
 import json
 import pathlib
@@ -16,11 +13,9 @@ import shutil
 import subprocess
 import sys
 
-train_missing = "--train-missing" in sys.argv
-positional = [arg for arg in sys.argv[1:] if arg != "--train-missing"]
-name, points = positional[0], positional[1]
+name, points = sys.argv[1], sys.argv[2]
 # the long run's checkpoints, from the repository root
-SRC = pathlib.Path(positional[2] if len(positional) > 2 else "runs/outputs_exchange/studies_5000_10nodes") / "checkpoints"
+SRC = pathlib.Path(sys.argv[3] if len(sys.argv) > 3 else "runs/outputs_exchange/studies_5000_10nodes") / "checkpoints"
 out = pathlib.Path(f"runs/outputs_exchange/{name}")  # moved into results/outputs_exchange/studies_5000/ afterwards
 args = ["--preset", "cpu", "rows=10_nodes_no_sharing,10_nodes_true_labels", "time_budget_s=0", "study_steps=5000",
         "study_eval_every=500", f"study_points={points}"]
@@ -34,9 +29,7 @@ src_state = json.loads((SRC / "config.json").read_text())
 full = cli.apply_overrides(ox.cpu_config(),
                            [*args[2:-1], "study_points=" + ",".join(src_state["config"]["study_points"])])
 full_names, wanted = ox.run_names(full), ox.run_names(config)  # the selection names its runs afresh (study_0, ...)
-# the same network: the same training
-sources = {run: SRC / full_names[key] for key, run in wanted.items() if not train_missing or key in full_names}
-assert train_missing or len(sources) == len(wanted)
+sources = {run: SRC / full_names[key] for key, run in wanted.items()}  # the same network: the same training
 for src in sources.values():  # before anything is written: no half-copied part
     assert len(list(src.glob("run_*/5000"))) == config.num_seeds, f"{src.name} has not finished"
 (out / "checkpoints").mkdir(parents=True, exist_ok=False)
