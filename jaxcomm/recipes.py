@@ -296,7 +296,8 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
       spread: the keys given a ``{key}_sd`` where the summaries have them.
 
     Returns:
-      The first summary's settings with every number (nested dicts' too) replaced by its mean over seeds,
+      The first summary's settings with every number (nested dicts' too) replaced by its mean over seeds and every
+      string by the seeds' distinct values (comma-separated: one where they agree),
       ``node_accuracy_min_max`` over all seeds' nodes; plus ``seeds``, ``per_seed`` (the summaries) and
       ``{key}_sd`` for every key of ``spread`` the summaries have (sample standard deviations; 0 for one seed
       or where a seed has None).
@@ -310,6 +311,8 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
             return None
         if isinstance(first, Mapping):
             return {k: mean([v[k] for v in values]) for k in first}
+        if isinstance(first, str):  # e.g. the lift: each seed's where they differ
+            return ", ".join(dict.fromkeys(values))
         if isinstance(first, bool) or not isinstance(first, int | float):
             return first
         return float(np.mean(values))

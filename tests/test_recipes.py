@@ -127,6 +127,9 @@ def test_validation_accuracies_are_summarised_and_averaged_over_seeds():
     assert seeds["validation_avg_accuracy"] == 54.0
     assert seeds["validation_avg_accuracy_sd"] == pytest.approx(2 * np.sqrt(2))
     assert (seeds["validation_collective_accuracy_sd"], seeds["avg_accuracy_sd"]) == (0.0, 0.0)
+    assert seeds["lift"] == "vmap/scan" and seeds["content"] == "true_labels"  # the seeds agree
+    relifted = recipes.summarize_seeds([one, two | {"lift": "loop/eager"}, one], [0, 1, 2])
+    assert relifted["lift"] == "vmap/scan, loop/eager"  # they do not: each distinct lift, in the seeds' order
     without = recipes.summarize(out | {"final": {k: v for k, v in final.items() if k != "validation"}},
                                 num_params=1000)
     assert "validation_avg_accuracy_sd" not in recipes.summarize_seeds([without], [0])
