@@ -35,7 +35,7 @@ from jaxcomm.population import AUTO
 
 PyTree = Any
 LIFT_FILE = "lift.json"
-"""Beside a run's checkpoints: ``{"backend", "step_loop"}`` it trains under (:meth:`Checkpointer.pinned`)."""
+"""Beside a run's checkpoints: ``{"backend", "step_loop"}`` it trains under (:func:`record_lift`, :func:`pinned`)."""
 
 
 class Checkpointer:
@@ -126,27 +126,6 @@ class Checkpointer:
                   else restored["state"][str(i)] for i, like in enumerate(flat)]
         return int(step), jax.tree_util.tree_unflatten(treedef, leaves), dict(restored["meta"])
 
-    def record_lift(self, backend: str, step_loop: str) -> None:
-        """Writes the (backend, step loop) the run trains under beside its checkpoints (:data:`LIFT_FILE`), for
-        :meth:`pinned` to read when it resumes."""
-        if jax.process_index() == 0:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            (self.directory / LIFT_FILE).write_text(json.dumps({"backend": backend, "step_loop": step_loop}) + "\n")
-
-    def pinned(self, config):
-        """``config`` with the backend and step loop its checkpoints trained under where it leaves them to
-        "auto", when this run resumes: a choice measured afresh (another day's timings, a cache of another
-        version) could pick another lift, whose float32 rounding differs (README, "Determinism"), and the resumed
-        run would not be the run it continues. ``config`` has ``backend``, ``step_loop`` and ``replace``."""
-        path = self.directory / LIFT_FILE
-        if not (self.resume and path.is_file()):
-            return config
-        saved = json.loads(path.read_text())
-        backend = saved["backend"] if config.backend == AUTO else config.backend
-        # the step loop only with its own backend: another backend's loop may not be one of its pairs
-        step_loop = saved["step_loop"] if config.step_loop == AUTO and backend == saved["backend"] else config.step_loop
-        return config.replace(backend=backend, step_loop=step_loop)
-
     def close(self) -> None:
         self._manager.close()
 
@@ -187,6 +166,30 @@ def decode(value: Any) -> Any:
     if isinstance(value, list):
         return [decode(v) for v in value]
     return value
+
+
+def record_lift(checkpointer: Checkpointer | None, built) -> None:
+    """Writes the backend and step loop ``built`` (a network, a method's built run) trains under beside the run's
+    checkpoints (:data:`LIFT_FILE`), for :func:`pinned` to read when the run resumes; nothing without a checkpointer."""
+    if checkpointer is not None and jax.process_index() == 0:
+        checkpointer.directory.mkdir(parents=True, exist_ok=True)
+        lift = {"backend": built.backend, "step_loop": built.step_loop}
+        (checkpointer.directory / LIFT_FILE).write_text(json.dumps(lift) + "\n")
+
+
+def pinned(checkpointer: Checkpointer | None, config):
+    """``config`` with the backend and step loop the run's checkpoints trained under where it leaves them to "auto",
+    when ``checkpointer`` resumes: a choice measured afresh (another day's timings, a cache of another version)
+    could pick another lift, whose float32 rounding differs (README, "Determinism"), and the resumed run would not
+    be the run it continues. ``config`` has ``backend``, ``step_loop`` and ``replace``."""
+    path = checkpointer.directory / LIFT_FILE if checkpointer is not None else None
+    if path is None or not (checkpointer.resume and path.is_file()):
+        return config
+    saved = json.loads(path.read_text())
+    backend = saved["backend"] if config.backend == AUTO else config.backend
+    # the step loop only with its own backend: another backend's loop may not be one of its pairs
+    step_loop = saved["step_loop"] if config.step_loop == AUTO and backend == saved["backend"] else config.step_loop
+    return config.replace(backend=backend, step_loop=step_loop)
 
 
 class Checkpoints:

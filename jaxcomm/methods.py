@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Protocol
 import flax.linen as nn
 import jax
 
-from jaxcomm import classifier, clock, driver, ledger, network, validation
+from jaxcomm import checkpoint, classifier, clock, driver, ledger, network, validation
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -166,10 +166,8 @@ def train(method: Method, config: network.NetworkConfig, model: nn.Module, datas
       ``final``; ``state``; ...) plus ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the
       final record's).
     """
-    built = build(method, checkpointer.pinned(config) if checkpointer is not None else config, model, dataset,
-                  cluster=cluster)  # resumed: the lift it trained with
-    if checkpointer is not None:
-        checkpointer.record_lift(built.backend, built.step_loop)
+    built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster)
+    checkpoint.record_lift(checkpointer, built)
     config = built.config
     result = driver.train(_system(method, built, dataset, eval_split, cluster), _data(dataset, config),
                           num_steps=config.num_steps, eval_every=config.eval_every,
@@ -236,11 +234,10 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
     Returns:
       R dicts as :func:`train` returns, in the order of ``configs``, each with ``sweep`` = ``{"runs", "mode"}``.
     """
-    configs = [method.config_for(checkpointer.pinned(c) if checkpointer is not None else c) for c in configs]
+    configs = [method.config_for(checkpoint.pinned(checkpointer, c)) for c in configs]
     method.check(configs) if method.check is not None else check_runs(method, configs)
     first = build(method, configs[0], model, dataset, cluster=cluster)
-    if checkpointer is not None:
-        checkpointer.record_lift(first.backend, first.step_loop)
+    checkpoint.record_lift(checkpointer, first)
     builts = [dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first) else first._replace(config=c)
               for c in configs]
     base = _data(dataset, configs[0])

@@ -49,7 +49,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import bandwidth, classifier, driver, inbox, ledger, population, speed, streams, topology, validation
+from jaxcomm import (
+    bandwidth,
+    checkpoint,
+    classifier,
+    driver,
+    inbox,
+    ledger,
+    population,
+    speed,
+    streams,
+    topology,
+    validation,
+)
 from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.classifier import (  # noqa: F401  the kit's names, re-exported where research code found them
@@ -891,11 +903,10 @@ def train_network(
       ``unreachable_evaluations`` (evaluations at which every node was down:
       no collective decision, its accuracies None).
     """
-    config = checkpointer.pinned(config) if checkpointer is not None else config  # resumed: the lift it trained with
+    config = checkpoint.pinned(checkpointer, config)  # resumed: the lift it trained with
     network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
                            num_classes=dataset.num_classes, graph=graph, exchange=exchange, cluster=cluster)
-    if checkpointer is not None:
-        checkpointer.record_lift(network.backend, network.step_loop)
+    checkpoint.record_lift(checkpointer, network)
     evaluator = evaluator or split_evaluator(dataset, eval_split)
     result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
                           eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,

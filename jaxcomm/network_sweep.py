@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcomm import classifier, driver, network, topology
+from jaxcomm import checkpoint, classifier, driver, network, topology
 from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -131,14 +131,13 @@ def train_networks(
         (the note names the run and node).
       jaxcomm.driver.Interrupted: a checkpointed sweep was interrupted (after saving).
     """
-    configs = [checkpointer.pinned(c) if checkpointer is not None else c for c in configs]  # resumed: its lift
+    configs = [checkpoint.pinned(checkpointer, c) for c in configs]  # resumed: the lift it trained with
     graphs = _per_run_graphs(graph, len(configs))
     check_structure(configs, graphs)
     first = configs[0]
     net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
                                num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange, cluster=cluster)
-    if checkpointer is not None:
-        checkpointer.record_lift(net.backend, net.step_loop)
+    checkpoint.record_lift(checkpointer, net)
     nets = [dataclasses.replace(net, config=c) for c in configs]
     divergence = network.divergence_of(net, divergence)
     evaluator = evaluator or network.split_evaluator(dataset, eval_split)
