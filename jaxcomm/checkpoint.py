@@ -182,10 +182,9 @@ def pinned(checkpointer: Checkpointer | None, config):
     when ``checkpointer`` resumes: a choice measured afresh (another day's timings, a cache of another version)
     could pick another lift, whose float32 rounding differs (README, "Determinism"), and the resumed run would not
     be the run it continues. ``config`` has ``backend``, ``step_loop`` and ``replace``."""
-    path = checkpointer.directory / LIFT_FILE if checkpointer is not None else None
-    if path is None or not (checkpointer.resume and path.is_file()):
+    if checkpointer is None or not checkpointer.resume or not (checkpointer.directory / LIFT_FILE).is_file():
         return config
-    saved = json.loads(path.read_text())
+    saved = json.loads((checkpointer.directory / LIFT_FILE).read_text())
     backend = saved["backend"] if config.backend == AUTO else config.backend
     # the step loop only with its own backend: another backend's loop may not be one of its pairs
     step_loop = saved["step_loop"] if config.step_loop == AUTO and backend == saved["backend"] else config.step_loop
