@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import json
 import pathlib
 
@@ -196,6 +197,15 @@ def test_report_merges_the_points_of_a_later_run_and_clears_them_from_skipped(tm
     assert lines[-1] == "| 1_node_no_sharing | 59.9 / 60.0 | 66.2 / 66.0 | - / - | - / - |"
 
 
+def test_points_from_another_device_name_it_and_points_from_this_one_do_not():
+    """A study split over machines (N = 100 on a lent GPU beside the CPU's points) says which device trained what."""
+    extra = {"out_dir": "n100", "command": "c", "wall_seconds": 82.0, "git_commit": "g", "points": ["nodes N=100"],
+             "rows": []}
+    cpu, gpu = {"device": "1 x cpu"}, "1 x NVIDIA H200 (gpu)"
+    assert oe_report._another_run({**extra, "device": gpu}, cpu).endswith(f"commit `g`, on {gpu})")
+    assert oe_report._another_run({**extra, "device": "1 x cpu"}, cpu).endswith("commit `g`)")
+
+
 def test_report_merges_the_rows_a_run_split_over_calls_did_not_train(tmp_path):
     """A table run as two calls (``rows=`` the first three, then ``--out DIR/more rows=`` the others): one table, its
     rows in the thesis' order, their curves drawn, the other call named under Table 2.1; a row trained in both is a
@@ -221,7 +231,7 @@ def test_report_merges_the_rows_a_run_split_over_calls_did_not_train(tmp_path):
     line = ("Rows 20_nodes_true_labels, 10_nodes_no_sharing come from another run with the same settings (`more/`): "
             "`c more` (2 s, commit `g`, on 1 x H100).")
     extra = summary["extra_runs"][0]
-    assert f"Rows {', '.join(extra['rows'])} come from {oe_report._another_run(extra)}." == line
+    assert f"Rows {', '.join(extra['rows'])} come from {oe_report._another_run(extra, summary)}." == line
 
 
 def test_other_runs_table_sets_each_runs_rows_beside_this_ones_and_averages_seeds():
@@ -453,3 +463,18 @@ def test_run_names_name_rows_then_each_distinct_study_network_once():
     assert nets["study_0_n10_logits"].temperature == 1.0
     assert nets["study_1_n10_true_labels"].topology == "ring"
     assert nets["study_2_n10_true_labels"].consume_prob == 0.25
+
+
+def test_compare_points_pairs_two_runs_points_by_seed(tmp_path, capsys):
+    """results/.../compare_points.py: per-seed differences of two runs' points, hand-computed: [1, 2, 3] has mean 2
+    and half-width t(0.975, 2) x 1 / sqrt(3) = 2.48."""
+    spec = importlib.util.spec_from_file_location(
+        "compare_points", ROOT / "results/outputs_exchange/studies_5000/compare_points.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    keys = list(compare.ACCURACIES.values())
+    for name, values in (("a", [11.0, 12.0, 13.0]), ("b", [10.0, 10.0, 10.0])):
+        point = {"label": "N=100", "seeds": [0, 1, 2], "per_seed": [dict.fromkeys(keys, v) for v in values]}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"device": name, "studies": [point]}))
+    compare.main(str(tmp_path / "a.json"), "N=100", str(tmp_path / "b.json"), "N=100")
+    assert "  avg: +2.0 [-0.5, +4.5]" in capsys.readouterr().out

@@ -216,7 +216,7 @@ def table_markdown(summary: dict, curves: list[dict] | None = None) -> str:
                         if validated else ""))
     for extra in summary.get("extra_runs", []):
         if extra.get("rows"):
-            lines += ["", f"Rows {', '.join(extra['rows'])} come from {_another_run(extra)}."]
+            lines += ["", f"Rows {', '.join(extra['rows'])} come from {_another_run(extra, summary)}."]
     horizon = config["num_steps"]
     lines += ["", f"## Table 2.2: steps to the target (thesis: 85%; here {config['target']}%, "
               f"evaluated every {config['eval_every']} steps, '> {horizon:,}' = not reached"
@@ -255,7 +255,7 @@ def table_markdown(summary: dict, curves: list[dict] | None = None) -> str:
                             f"{_num(s.get('validation_collective_accuracy'))} |" if validated else ""))
         for extra in summary.get("extra_runs", []):
             if extra["points"]:
-                lines += ["", f"Points {', '.join(extra['points'])} come from {_another_run(extra)}."]
+                lines += ["", f"Points {', '.join(extra['points'])} come from {_another_run(extra, summary)}."]
         if summary.get("skipped_studies"):
             lines += ["", "Skipped by the time budget: " + "; ".join(summary["skipped_studies"]) + "."]
         lines += study_paired_markdown(studies)
@@ -374,9 +374,11 @@ def seeds_of(runs: list[dict]) -> str | None:
     return ", ".join(str(s) for s in sorted(seeds)[0]) if len(seeds) == 1 else None
 
 
-def _another_run(extra: dict) -> str:
-    """Where merged rows or points come from (an entry of ``extra_runs``)."""
-    device = f", on {extra['device']}" if extra.get("rows") and extra.get("device") else ""
+def _another_run(extra: dict, summary: dict) -> str:
+    """Where merged rows or points come from (an entry of ``extra_runs`` of ``summary``); the device is named for
+    rows, and for points trained on another device than this run's (one study, two machines)."""
+    named = extra.get("rows") or extra.get("device") != summary.get("device")
+    device = f", on {extra['device']}" if named and extra.get("device") else ""
     return (f"another run with the same settings (`{extra['out_dir']}/`): `{extra['command']}` "
             f"({extra['wall_seconds']:.0f} s, commit `{extra['git_commit']}`{device})")
 

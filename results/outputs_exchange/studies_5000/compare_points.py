@@ -1,0 +1,51 @@
+"""Paired comparisons between study points of two committed runs that no table pairs (each table pairs a point with
+its own study's reference): the same seeds draw the same shards, initialisations and message randomness in both.
+Holm-adjusted over the four accuracies of each comparison. From the repository root:
+
+    python results/outputs_exchange/studies_5000/compare_points.py A_SUMMARY A_LABEL B_SUMMARY B_LABEL
+
+e.g. the 100-node ring (p = 5) against 100 fully connected nodes, both trained on one H200:
+
+    python results/outputs_exchange/studies_5000/compare_points.py \
+        results/outputs_exchange/studies_5000/neighbours/ring_h200/summary.json N=100,p=5 \
+        results/outputs_exchange/studies_5000/nodes/n100_h200/summary.json N=100
+"""
+import json
+import sys
+
+from jaxcomm import stats
+
+ACCURACIES = {"avg": "avg_accuracy", "collective": "collective_accuracy", "validation avg": "validation_avg_accuracy",
+              "validation collective": "validation_collective_accuracy"}
+
+
+def point(path: str, label: str) -> dict:
+    """The study point ``label`` of the summary at ``path``, with that summary's device."""
+    summary = json.loads(open(path).read())
+    found = [s for s in summary["studies"] if s["label"] == label]
+    if len(found) != 1:
+        sys.exit(f"{path}: {len(found)} points labelled {label!r}")
+    return {**found[0], "device": summary["device"]}
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def main(a_path: str, a_label: str, b_path: str, b_label: str) -> None:
+    a, b = point(a_path, a_label), point(b_path, b_label)
+    if a["seeds"] != b["seeds"]:
+        sys.exit(f"not paired: seeds {a['seeds']} against {b['seeds']}")
+    print(f"{a_label} ({a['device']}) vs {b_label} ({b['device']}), seeds {a['seeds']}; points, 95 % interval, "
+          "p raw / Holm over 4")
+    pairs = list(zip(a["per_seed"], b["per_seed"], strict=True))
+    diffs = {name: [x[key] - y[key] for x, y in pairs] for name, key in ACCURACIES.items()}
+    raw = [stats.paired_t_p_value(d) for d in diffs.values()]
+    for (name, d), p, adjusted in zip(diffs.items(), raw, stats.holm(raw), strict=True):
+        lo, hi = stats.paired_ci95(d, digits=None)
+        mean = sum(d) / len(d)
+        print(f"  {name}: {mean:+.1f} [{lo:+.1f}, {hi:+.1f}], p {_p(p)} / {_p(adjusted)}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
