@@ -76,6 +76,10 @@ class Exchange(NamedTuple):
         node's loss on a consumed message (scaled by the network's ``consumed_weight``).
       payload_bytes: ``payload_bytes(batch_size, D) -> int``: the payload's bytes
         on the wire, as a real network would encode it.
+      watched: whether the driver's divergence watch (a multiple of the first step's loss,
+        :data:`jaxcomm.driver.DIVERGENCE`) applies to a node's loss: True for losses on the scale
+        of a cross-entropy (about log C untrained); False for a regression onto unbounded
+        features, whose scale grows with them (then only a non-finite loss stops a run).
     """
 
     name: str
@@ -83,6 +87,7 @@ class Exchange(NamedTuple):
     outgoing: Callable[..., jax.Array] | None
     loss: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None
     payload_bytes: Callable[[int, int], int]
+    watched: bool = True
 
     @property
     def sends(self) -> bool:
@@ -140,12 +145,14 @@ def soft_labels(temperature: float = 1.0) -> Exchange:
 def features() -> Exchange:
     """The sender's top hidden features; the receiver regresses its own onto them (eq. 2.2.3).
 
-    On the wire: float32.
+    On the wire: float32. Not watched for divergence: eq. 2.2.3 sums squared differences of features that
+    follow no normalisation, so the loss's scale is theirs. Ten thesis-width nodes (64-128-256 channels,
+    Adam 1e-3) pass a hundred times their first-step loss at step 20 and are back near it by step 200.
     """
     outgoing = lambda logits, features_, targets, received, consumed: features_
     loss = lambda logits, features_, received: feature_mse(features_, received)
     return Exchange("features", lambda num_classes, feature_dim: feature_dim, outgoing, loss,
-                    lambda batch, dim: batch * dim * 4)
+                    lambda batch, dim: batch * dim * 4, watched=False)
 
 
 def named(content: str, *, temperature: float = 1.0) -> Exchange:

@@ -414,7 +414,8 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
         return loss, (model_state, jax.lax.stop_gradient(outgoing))
 
     return NodeProgram(classifier_init(model, optimizer, image_shape), population.make_train_step(loss_fn, optimizer),
-                       classifier_predict(model, config.compute_dtype), payload_dim)
+                       classifier_predict(model, config.compute_dtype), payload_dim,
+                       divergence=driver.DIVERGENCE if exchange.watched else None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from experiments import reliability
-from jaxcomm import decision, driver, network
+from jaxcomm import decision, driver, exchange, network
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.models import MLP
 
@@ -129,6 +129,23 @@ def test_a_diverging_network_stops_with_the_node_and_step(tiny_dataset, learning
                                    num_steps=40, eval_every=10)
     with pytest.raises(driver.LossStop, match=r"node \d at step \d+"):
         network.train_network(config, MODEL, tiny_dataset, progress=False)
+
+
+def test_only_watched_exchanges_stop_at_a_hundred_times_the_first_loss(tiny_dataset):
+    """An exchange whose consumed loss is scaled past 100x the first step's stops the run when watched (a
+    cross-entropy's scale), and runs to its end unwatched (the features' regression, whose scale is theirs)."""
+    def loud(watched):
+        base = exchange.true_labels()
+        loss = lambda logits, features, received: 1e6 * (1.0 + base.loss(logits, features, received))  # noqa: E731
+        return base._replace(name="loud", loss=loss, watched=watched)
+
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=2, batch_size=5, consume_prob=1.0,
+                                   broadcast_prob=1.0, num_steps=12, eval_every=6)
+    with pytest.raises(driver.Diverged):
+        network.train_network(config, MODEL, tiny_dataset, exchange=loud(True), progress=False)
+    out = network.train_network(config, MODEL, tiny_dataset, exchange=loud(False), progress=False)
+    assert out["history"][-1]["step"] == 12
+    assert not exchange.features().watched and exchange.true_labels().watched
 
 
 # --------------------------------------------------------------------------- failing nodes
