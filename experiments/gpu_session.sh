@@ -18,7 +18,9 @@
 #   studies5000  issue 39's nodes study at 5,000 steps on the CPU runs' recipe (preset cpu, 3 seeds, beside 10
 #            isolated nodes and 10 sharing true labels); split it over calls by N, e.g. study_node_counts=20,30
 #            then study_node_counts=50 then study_node_counts=100; the 100-node ring of the neighbours study
-#            (study_rings) alone: studies=neighbours study_neighbours=
+#            (study_rings) alone: studies=neighbours study_neighbours= . With rows= the run trains its points
+#            alone, to unpack as a subfolder of the CPU's run of the same settings (merged into its table, the
+#            device named): how N = 100 and the ring were run on one H200 (results/outputs_exchange/studies_5000)
 #
 # Data: $JAXCOMM_DATA_DIR, else .data/ in the checkout (ignored by git; 45 MB, to carry to a machine that has no
 # ../shared), made by
