@@ -172,7 +172,11 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
                         cold=False)
     result = benchmark.measure_row(row)
     parts = result["parts"]
-    assert set(parts["parts"]) == {"draw", "forward_backward", "optimizer"}
+    assert set(parts["parts"]) == {"draw", "forward_backward", "optimizer", "step"}
+    # the engine's whole step, against the parts' floors summed
+    whole = parts["parts"]["step"]
+    assert whole["floor"] == "parts" and whole["floor_seconds"] == pytest.approx(
+        sum(p["floor_seconds"] for k, p in parts["parts"].items() if k != "step"))
     assert parts["params_per_node"] == 784 * 32 + 32 + 32 * 32 + 32 + 32 * 10 + 10  # the 784-32-32-10 student
     # Adam moves 7 float32 per parameter; forward + backward of a dense layer costs 3 matmuls (x W, dY W', X' dY)
     optimizer = parts["parts"]["optimizer"]
@@ -189,9 +193,28 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
     table = benchmark_report.format_table(_summary(rows={"student_n2": result}))
     assert "| student_n2 | " + f"{result['best_node_steps_per_s']:.1f} | not installed |" in table
     assert "| student_n2 | Adam update | vmap | " in table
+    rest = whole["seconds"] - sum(p["seconds"] for k, p in parts["parts"].items() if k != "step")
+    assert f"| student_n2 | rest of the step (whole - parts) | vmap | {rest * 1e3:.2f} | | | | - |" in table
     plain = {k: v for k, v in result.items() if k not in ("parts", "peer")}
     assert "Against PyTorch" not in benchmark_report.format_table(_summary(rows={"student_n2": plain}))
     assert "Parts of a step" not in benchmark_report.format_table(_summary(rows={"student_n2": plain}))
+
+
+def test_the_parts_table_sets_the_whole_step_and_its_rest_beside_pytorchs():
+    """Hand-computed: jaxcomm's whole step 220 ms against parts of 1 + 200 + 9 = 210 (rest 10); PyTorch's whole
+    step is its best recipe's, 10 nodes at 50 node-steps/s = 200 ms, against its parts 1 + 180 + 9 (rest 10)."""
+    part = lambda s, f: {"seconds": s, "floor_seconds": f, "floor": "matmul"}  # noqa: E731
+    parts = {"draw": part(0.001, 0.0005), "forward_backward": part(0.2, 0.1), "optimizer": part(0.009, 0.004),
+             "step": {"seconds": 0.22, "floor_seconds": 0.1045, "floor": "parts"}}
+    row = {"parts": {"backend": "unrolled", "num_nodes": 10, "matmul_gflops": 300.0, "bandwidth_gbs": 50.0,
+                     "parts": parts, "machine": {"cpu": "x", "cores": 2, "vector_extensions": []}},
+           "best_node_steps_per_s": 45.0,
+           "peer": {"best_node_steps_per_s": 50.0, "best_recipe": "loop", "torch": "2", "threads": 2,
+                    "parts": {"draw": 0.001, "forward_backward": 0.18, "optimizer": 0.009}}}
+    table = "\n".join(benchmark_report.parts_table({"cnn_n10": row}))
+    assert "| cnn_n10 | whole step (the engine's network, one call per step) | unrolled | 220.00 | 104.50 | parts | " \
+           "48% | 200.00 |" in table
+    assert "| cnn_n10 | rest of the step (whole - parts) | unrolled | 10.00 | | | | 10.00 |" in table
 
 
 def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkeypatch, tmp_path):

@@ -11,8 +11,10 @@ targets), forward and backward, and the optimizer's update. Each part is jitted 
 * the draw: the gathered images read and written once, at the same bandwidth.
 
 ``of floor`` = floor / measured: 100 % is the floor. The parts need not add up to the engine's step (XLA fuses
-across them in one program); they say where the time goes. The machine (CPU model and vector extensions,
-matmul rate, bandwidth) is stated with them, since machines differ by 3x between sessions.
+across them in one program); they say where the time goes. Beside them, the engine's whole step (a network of the
+same nodes sharing nothing, one jitted call per step, its state donated) against the parts' summed floors: what it
+takes beyond its parts is the engine's own cost (slicing, stacking, scheduling). The machine (CPU model and vector
+extensions, matmul rate, bandwidth) is stated with them, since machines differ by 3x between sessions.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
     """The parts of one step of ``num_nodes`` classifier nodes of ``model`` on ``dataset``, lifted by ``backend``.
 
     Returns: ``{"backend", "parts": {name: {"seconds", "floor_seconds", "floor"}}}``, seconds per step of the
-    whole population; ``floor`` names the rate the floor is measured against ("matmul" or "memory").
+    whole population; ``floor`` names the rate the floor is measured against ("matmul" or "memory"; for
+    "step", the engine's whole step, "parts": the parts' floors summed).
     """
     import jax
     import optax
@@ -130,6 +133,17 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
         params, opt_state = update(params, opt_state, grads)
         return params
 
+    # the engine's whole step: the same nodes as a network that shares nothing, one jitted call per step
+    engine = config.replace(backend=backend, step_loop="dispatch")
+    net = network.make_network(engine, model, image_shape=image_shape, num_classes=num_classes)
+    net_data, net_state = network.network_data(dataset, engine), driver.own_buffers(net.init(jax.random.PRNGKey(4)))
+    net_step = jax.jit(net.step, donate_argnums=0)
+
+    def stepped():
+        nonlocal net_state
+        net_state, _ = net_step(net_state, net_data)
+        return net_state
+
     one = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
     node_flops = flops.count(grads_of, one(nodes.params), one(nodes.model_state), batch.images[0],
                              batch.targets[0], keys[0])
@@ -144,6 +158,8 @@ def measure_parts(model, dataset, num_nodes: int, *, batch_size: int = 32, backe
         "optimizer": (best_seconds(updated, seconds=seconds),
                       ADAM_FLOATS_MOVED * 4 * num_params / bandwidth_gbs / 1e9, "memory"),
     }
+    measured["step"] = (best_seconds(stepped, seconds=seconds), sum(floor for _, floor, _ in measured.values()),
+                        "parts")
     return {"backend": backend, "num_nodes": num_nodes, "batch_size": batch_size, "matmul_gflops": matmul_gflops,
             "bandwidth_gbs": bandwidth_gbs,
             "params_per_node": num_params // num_nodes, "flops_per_node_step": node_flops,

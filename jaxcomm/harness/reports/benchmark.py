@@ -263,7 +263,7 @@ def merge_scale(scale_dir: str | pathlib.Path, into_dir: str | pathlib.Path) -> 
 
 
 PART_NAMES = {"draw": "minibatch draw (uint8 gather, one-hot)", "forward_backward": "forward + backward",
-              "optimizer": "Adam update"}
+              "optimizer": "Adam update", "step": "whole step (the engine's network, one call per step)"}
 
 
 def jaxcomm_platform(device: str) -> str:
@@ -322,10 +322,19 @@ def parts_table(rows: dict, platform: str = "cpu") -> list[str]:
                      f"{r['parts']['bandwidth_gbs']:.1f} GB/s) | | | | | | |")
         peer = r.get("peer", {})
         peer_parts = peer.get("parts", {}) if peer_device(peer) == platform else {}
-        for part, p in r["parts"]["parts"].items():
+        parts = r["parts"]["parts"]
+        if "step" in parts and peer_parts:  # PyTorch's whole step: its best recipe's
+            peer_parts = {**peer_parts, "step": r["parts"]["num_nodes"] / peer["best_node_steps_per_s"]}
+        for part, p in parts.items():
             theirs = peer_parts.get(part)
             lines.append(f"| {name} | {PART_NAMES.get(part, part)} | {r['parts']['backend']} | "
                          f"{p['seconds'] * 1e3:.2f} | {p['floor_seconds'] * 1e3:.2f} | {p['floor']} | "
                          f"{p['floor_seconds'] / p['seconds']:.0%} | "
                          f"{'-' if theirs is None else f'{theirs * 1e3:.2f}'} |")
+        if "step" in parts:  # what the whole step takes beyond its parts
+            rest = lambda times: times["step"] - sum(t for k, t in times.items() if k != "step")  # noqa: E731
+            mine = rest({k: p["seconds"] for k, p in parts.items()})
+            theirs = rest(peer_parts) if "step" in peer_parts else None
+            lines.append(f"| {name} | rest of the step (whole - parts) | {r['parts']['backend']} | {mine * 1e3:.2f} "
+                         f"| | | | {'-' if theirs is None else f'{theirs * 1e3:.2f}'} |")
     return lines
