@@ -110,7 +110,8 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
             labels = [r["label"] for r in points]
             xs = np.arange(len(points))
             ax.set_xticks(xs, labels, rotation=30, fontsize=8)
-        else:
+        else:  # in x's order: points merged from other runs come after this run's
+            points = sorted(points, key=lambda r: r["x"])
             xs = [r["x"] for r in points]
             if study in ("nodes", "temperature"):
                 ax.set_xscale("log")
@@ -130,7 +131,8 @@ def plot_studies(studies: list[dict], path: pathlib.Path) -> None:
             ax.plot([r["x"]], [r["avg_accuracy"]], "d", fillstyle="none", label=f"{r['label']} ring: node average")
         ax.set(title=titles[study], ylabel="test accuracy (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        # a ring of another size lands far below the curves, where "best" would still cover one of its marks
+        ax.legend(fontsize=7, **({"loc": "upper center", "bbox_to_anchor": (0.5, -0.1), "ncol": 2} if rings else {}))
     report.save_figure(fig, path)
 
 
