@@ -465,6 +465,18 @@ def test_run_names_name_rows_then_each_distinct_study_network_once():
     assert nets["study_2_n10_true_labels"].consume_prob == 0.25
 
 
+def test_a_ring_of_another_size_is_paired_with_the_fully_connected_network_of_its_size():
+    """The 100-node ring against 100 fully connected nodes when the run holds them (only the graph differs), else
+    against the study's reference (the 10-node network); 10-node rings always against p = 9."""
+    ring = {"study": "neighbours", "label": "N=100,p=5", "nodes": 100}
+    points = {"neighbours p=9": {}, "nodes N=10": {}}
+    assert oe_report.study_reference(ring, points) == "neighbours p=9"
+    assert oe_report.study_reference(ring, {**points, "nodes N=100": {}}) == "nodes N=100"
+    assert oe_report.study_reference({"study": "neighbours", "label": "p=1", "nodes": 10},
+                                     {**points, "nodes N=100": {}}) == "neighbours p=9"
+    assert oe_report.study_reference({"study": "nodes", "label": "N=100", "nodes": 100}, points) == "nodes N=10"
+
+
 def test_compare_points_pairs_two_runs_points_by_seed(tmp_path, capsys):
     """results/.../compare_points.py: per-seed differences of two runs' points, hand-computed: [1, 2, 3] has mean 2
     and half-width t(0.975, 2) x 1 / sqrt(3) = 2.48."""

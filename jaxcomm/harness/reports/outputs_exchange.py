@@ -290,13 +290,27 @@ STUDY_REFERENCES = {"nodes": "N=10", "temperature": "tau=1", "neighbours": "p=9"
 p_c = 0.5 at equilibrium broadcast, tau = 1), at the studies' steps."""
 
 
+def study_reference(study: dict, points: dict[str, dict]) -> str:
+    """The point ``study`` is compared with (a key of ``points``): its study's :data:`STUDY_REFERENCES` point, but
+    for a ring of another size than 10 nodes, the nodes study's fully connected network of its N where the run
+    holds one (the graph alone changes; against the 10-node network N would change too)."""
+    same_size = f"nodes N={study.get('nodes')}"
+    if study["study"] == "neighbours" and study.get("nodes", 10) != 10 and same_size in points:
+        return same_size
+    return f"{study['study']} {STUDY_REFERENCES[study['study']]}"
+
+
 def study_paired_markdown(studies: list[dict]) -> list[str]:
-    """Every study point minus its study's :data:`STUDY_REFERENCES` point, paired by seed (points run with the
-    same >= 2 seeds), :func:`jaxcomm.harness.report.paired_comparisons`."""
+    """Every study point minus its :func:`study_reference` point, paired by seed (points run with the same >= 2
+    seeds), :func:`jaxcomm.harness.report.paired_comparisons`."""
     points = {f"{s['study']} {s['label']}": s for s in studies}
-    comparisons = [(f"{s['study']} {s['label']}", f"{s['study']} {STUDY_REFERENCES[s['study']]}",
-                    f"{s['study']}: {s['label']} vs {STUDY_REFERENCES[s['study']]}")
-                   for s in studies if s["label"] != STUDY_REFERENCES[s["study"]]]
+
+    def name(s: dict, reference: str) -> str:  # "nodes: N=20 vs N=10"; another study's point says whose
+        study, label = reference.split(" ", 1)
+        return f"{s['study']}: {s['label']} vs {label}" + ("" if study == s["study"] else f" ({study} study)")
+
+    comparisons = [(point, reference, name(s, reference)) for point, s in points.items()
+                   if (reference := study_reference(s, points)) != point]
     return report.paired_comparisons(points, comparisons, PAIRED_KEYS, title="Studies against their reference point",
                                      why_paired="the same seed draws the same initialisations and, at the same N, "
                                                 "the same shards")
