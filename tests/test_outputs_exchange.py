@@ -484,9 +484,9 @@ def test_compare_points_pairs_two_runs_points_by_seed(tmp_path, capsys):
         "compare_points", ROOT / "results/outputs_exchange/studies_5000/compare_points.py")
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)
-    keys = list(compare.ACCURACIES.values())
+    keys = list(oe_report.PAIRED_KEYS)
     for name, values in (("a", [11.0, 12.0, 13.0]), ("b", [10.0, 10.0, 10.0])):
         point = {"label": "N=100", "seeds": [0, 1, 2], "per_seed": [dict.fromkeys(keys, v) for v in values]}
         (tmp_path / f"{name}.json").write_text(json.dumps({"device": name, "studies": [point]}))
     compare.main(str(tmp_path / "a.json"), "N=100", str(tmp_path / "b.json"), "N=100")
-    assert "  avg: +2.0 [-0.5, +4.5]" in capsys.readouterr().out
+    assert "| N=100 vs N=100 | avg | +2.0 | [-0.5, +4.5] |" in capsys.readouterr().out

@@ -13,10 +13,8 @@ e.g. the 100-node ring (p = 5) against 100 fully connected nodes, both trained o
 import json
 import sys
 
-from jaxcomm import stats
-
-ACCURACIES = {"avg": "avg_accuracy", "collective": "collective_accuracy", "validation avg": "validation_avg_accuracy",
-              "validation collective": "validation_collective_accuracy"}
+from jaxcomm.harness import report
+from jaxcomm.harness.reports.outputs_exchange import PAIRED_KEYS
 
 
 def point(path: str, label: str) -> dict:
@@ -28,23 +26,13 @@ def point(path: str, label: str) -> dict:
     return {**found[0], "device": summary["device"]}
 
 
-def _p(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def main(a_path: str, a_label: str, b_path: str, b_label: str) -> None:
     a, b = point(a_path, a_label), point(b_path, b_label)
     if a["seeds"] != b["seeds"]:
         sys.exit(f"not paired: seeds {a['seeds']} against {b['seeds']}")
-    print(f"{a_label} ({a['device']}) vs {b_label} ({b['device']}), seeds {a['seeds']}; points, 95 % interval, "
-          "p raw / Holm over 4")
-    pairs = list(zip(a["per_seed"], b["per_seed"], strict=True))
-    diffs = {name: [x[key] - y[key] for x, y in pairs] for name, key in ACCURACIES.items()}
-    raw = [stats.paired_t_p_value(d) for d in diffs.values()]
-    for (name, d), p, adjusted in zip(diffs.items(), raw, stats.holm(raw), strict=True):
-        lo, hi = stats.paired_ci95(d, digits=None)
-        mean = sum(d) / len(d)
-        print(f"  {name}: {mean:+.1f} [{lo:+.1f}, {hi:+.1f}], p {_p(p)} / {_p(adjusted)}")
+    print(f"A = {a_label} ({a['device']}), B = {b_label} ({b['device']})")
+    print("\n".join(report.paired_comparisons({"A": a, "B": b}, [("A", "B", f"{a_label} vs {b_label}")], PAIRED_KEYS,
+                                              title="A against B", why_paired="the same draws in both runs")))
 
 
 if __name__ == "__main__":
