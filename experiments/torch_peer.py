@@ -34,9 +34,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib.resources
+import importlib.util
 import json
 import os
+import pathlib
 import sys
 import time
 from collections.abc import Callable
@@ -85,9 +86,10 @@ def training_split(workload: str, seed: int = 0) -> tuple[torch.Tensor, torch.Te
     import numpy as np
 
     if workload == "student":
-        # The shipped MNIST sample, read with numpy only (jaxcomm's package has no import-time JAX).
-        ref = importlib.resources.files("jaxcomm") / "assets" / "mnist_sample.npz"
-        with importlib.resources.as_file(ref) as path, np.load(path) as npz:
+        # The shipped MNIST sample, found without importing jaxcomm (whose import sets glibc's malloc for its own
+        # processes, jaxcomm.host_memory: PyTorch runs as its users run it) and read with numpy only.
+        path = pathlib.Path(importlib.util.find_spec("jaxcomm").origin).parent / "assets" / "mnist_sample.npz"
+        with np.load(path) as npz:
             images, labels = npz["x_train"][: TRAIN_SIZES[workload], ..., None], npz["y_train"][: TRAIN_SIZES[workload]]
     else:
         rng = np.random.default_rng(seed)

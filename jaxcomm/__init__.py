@@ -1,3 +1,9 @@
 """jaxcomm: a JAX/Flax simulator of communicating deep-learning models."""
 
+from jaxcomm import host_memory as _host_memory
+
 __version__ = "0.1.0"
+
+HOST_MEMORY = _host_memory.configure()
+"""The host memory mode in force: "keep" (freed blocks stay mapped for the next call, :mod:`jaxcomm.host_memory`)
+or "release" (glibc's defaults)."""
