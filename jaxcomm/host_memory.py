@@ -10,7 +10,7 @@ patches.
 the blocks a step frees are the next step's, already mapped, and the process keeps its peak resident size instead
 of handing memory back between calls. Importing :mod:`jaxcomm` calls it unless ``JAXCOMM_HOST_MEMORY=release``
 (glibc's defaults kept). On a 2-core Xeon (``results/benchmark/issue41/host_memory.md``): the CNN's unrolled
-step 1.06-1.12x faster, as patches 1.17-1.27x, its eager per-node loop 0.92-0.97x (one arena for every thread);
+step 1.06-1.12x faster, as patches 1.17-1.27x, its eager per-node loop 0.92-1.00x;
 the student MLP's blocks are under the threshold and its step unchanged. It acts on allocations made after it: in
 a program that ran XLA computations before importing jaxcomm, threads already holding arenas keep them.
 """
