@@ -86,8 +86,8 @@ def training_split(workload: str, seed: int = 0) -> tuple[torch.Tensor, torch.Te
     import numpy as np
 
     if workload == "student":
-        # The shipped MNIST sample, found without importing jaxcomm (whose import sets glibc's malloc for its own
-        # processes, jaxcomm.host_memory: PyTorch runs as its users run it) and read with numpy only.
+        # The shipped MNIST sample, found without importing jaxcomm (whose import sets glibc's malloc where
+        # JAXCOMM_HOST_MEMORY=keep, jaxcomm.host_memory: PyTorch runs as its users run it), read with numpy only.
         path = pathlib.Path(importlib.util.find_spec("jaxcomm").origin).parent / "assets" / "mnist_sample.npz"
         with np.load(path) as npz:
             images, labels = npz["x_train"][: TRAIN_SIZES[workload], ..., None], npz["y_train"][: TRAIN_SIZES[workload]]

@@ -8,11 +8,13 @@ patches.
 
 :func:`keep` asks glibc to serve every block from one arena that it never trims and never to mmap (``mallopt``):
 the blocks a step frees are the next step's, already mapped, and the process keeps its peak resident size instead
-of handing memory back between calls. Importing :mod:`jaxcomm` calls it unless ``JAXCOMM_HOST_MEMORY=release``
-(glibc's defaults kept). On a 2-core Xeon (``results/benchmark/issue41/host_memory.md``): the CNN's unrolled
-step 1.06-1.12x faster, as patches 1.17-1.27x, its eager per-node loop 0.92-1.00x;
-the student MLP's blocks are under the threshold and its step unchanged. It acts on allocations made after it: in
-a program that ran XLA computations before importing jaxcomm, threads already holding arenas keep them.
+of handing memory back between calls. Importing :mod:`jaxcomm` calls it where ``JAXCOMM_HOST_MEMORY=keep``; by
+default glibc's settings stay. Measured on a 2-core Xeon (``results/benchmark/issue41/host_memory*.md``), it is a
+lever for convolutional nodes and a loss for small ones: the CNN's unrolled step 1.06-1.12x faster, dispatched as
+patches 1.17-1.27x, its eager per-node loop 0.92-1.00x; the student MLP's 64 nodes, whose blocks are under the
+threshold, 0.90x under ``vmap`` and 0.52-0.59x unrolled (every XLA thread's allocations behind one arena's lock).
+It acts on allocations made after it: in a program that ran XLA computations before importing jaxcomm, threads
+already holding arenas keep them.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ def keep() -> bool:
 
 
 def configure() -> str:
-    """What importing jaxcomm does: :func:`keep` unless ``JAXCOMM_HOST_MEMORY=release``. Returns the mode in force:
-    "keep", or "release" (asked for, or no glibc)."""
-    mode = os.environ.get(ENV, KEEP).strip().lower() or KEEP
+    """What importing jaxcomm does: :func:`keep` where ``JAXCOMM_HOST_MEMORY=keep``. Returns the mode in force:
+    "keep", or "release" (glibc's defaults: unset, asked for, or no glibc)."""
+    mode = os.environ.get(ENV, RELEASE).strip().lower() or RELEASE
     if mode not in (KEEP, RELEASE):
         raise ValueError(f"{ENV} must be {KEEP!r} or {RELEASE!r}, got {os.environ[ENV]!r}")
     return KEEP if mode == KEEP and keep() else RELEASE

@@ -49,9 +49,11 @@ def test_freed_blocks_stay_mapped_unless_released():
     assert kept <= PAGES / 50, kept
 
 
-def test_a_mode_it_does_not_know_is_an_error(monkeypatch):
+def test_release_by_default_and_a_mode_it_does_not_know_is_an_error(monkeypatch):
     monkeypatch.setenv(host_memory.ENV, "sometimes")
     with pytest.raises(ValueError, match="JAXCOMM_HOST_MEMORY must be 'keep' or 'release'"):
         host_memory.configure()
     monkeypatch.setenv(host_memory.ENV, "release")
     assert host_memory.configure() == "release"
+    monkeypatch.delenv(host_memory.ENV)
+    assert host_memory.configure() == "release"  # glibc's defaults unless asked: small nodes lose (see its docstring)

@@ -1,8 +1,10 @@
 """Host memory kept between calls (jaxcomm.host_memory, issue 41's levers) against glibc's defaults, for the benchmark
-CNN's 10 nodes: node-steps per second of each pair in fresh processes (the setting is process-wide and taken when
-jaxcomm is imported), the two modes alternating, and the minor page faults per step. From the repository root:
+CNN's 10 nodes or the student MLP's 64: node-steps per second of each pair in fresh processes (the setting is
+process-wide and taken when jaxcomm is imported), the two modes alternating, and the minor page faults per step.
+From the repository root:
 
     python results/benchmark/issue41/host_memory.py > results/benchmark/issue41/host_memory.md
+    python results/benchmark/issue41/host_memory.py student > results/benchmark/issue41/host_memory_student.md
 """
 import json
 import os
@@ -12,20 +14,23 @@ import subprocess
 import sys
 import time
 
-PAIRS = (("loop", "eager"), ("unrolled", "dispatch"), ("patches", "dispatch"), ("patches", "scan"))
+PAIRS = {"cnn": (("loop", "eager"), ("unrolled", "dispatch"), ("patches", "dispatch"), ("patches", "scan")),
+         "student": (("vmap", "scan"), ("unrolled", "scan"), ("unrolled", "dispatch"))}
+NODES = {"cnn": 10, "student": 64}
 ROUNDS = 3
 CHUNK = 10
 
 
-def child(backend: str, step_loop: str) -> dict:
+def child(workload: str, backend: str, step_loop: str) -> dict:
     import jax
 
     import jaxcomm
     from jaxcomm import network
     from jaxcomm.harness import bench
 
-    model, dataset = bench.model_and_data("cnn")
-    config = network.NetworkConfig(num_nodes=10, content="none", batch_size=32, backend=backend, step_loop=step_loop)
+    model, dataset = bench.model_and_data(workload)
+    config = network.NetworkConfig(num_nodes=NODES[workload], content="none", batch_size=32, backend=backend,
+                                   step_loop=step_loop)
     net = network.make_network(config, model, image_shape=dataset.train.images.shape[1:], num_classes=10)
     data, run = network.network_data(dataset, config), bench.loop_of(net)
     _, _, state = bench.timed(run, bench.initial(net), data, CHUNK)
@@ -35,17 +40,18 @@ def child(backend: str, step_loop: str) -> dict:
         state = jax.block_until_ready(run(state, data, CHUNK))[0]
         steps += CHUNK
     seconds = time.perf_counter() - start
-    return {"mode": jaxcomm.HOST_MEMORY, "node_steps_per_s": 10 * steps / seconds,
+    return {"mode": jaxcomm.HOST_MEMORY, "node_steps_per_s": NODES[workload] * steps / seconds,
             "faults_per_step": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps}
 
 
-def main() -> None:
+def main(workload: str) -> None:
     rows = {}
     for r in range(ROUNDS):
-        for backend, step_loop in PAIRS:
+        for backend, step_loop in PAIRS[workload]:
             for mode in ("release", "keep") if r % 2 == 0 else ("keep", "release"):
-                proc = subprocess.run([sys.executable, __file__, backend, step_loop], capture_output=True, text=True,
-                                      env={**os.environ, "JAXCOMM_HOST_MEMORY": mode, "JAXCOMM_AUTOTUNE": "0"})
+                env = {**os.environ, "JAXCOMM_HOST_MEMORY": mode, "JAXCOMM_AUTOTUNE": "0"}
+                proc = subprocess.run([sys.executable, __file__, workload, backend, step_loop], capture_output=True,
+                                      text=True, env=env)
                 assert proc.returncode == 0, proc.stderr[-2000:]
                 out = json.loads(proc.stdout.strip().splitlines()[-1])
                 assert out["mode"] == mode, out
@@ -54,8 +60,9 @@ def main() -> None:
     import numpy as np
 
     from jaxcomm.harness import bench
-    print("# Host memory kept between calls (`jaxcomm.host_memory`), benchmark CNN, 10 nodes\n")
-    print(f"Command: `python results/benchmark/issue41/host_memory.py`; {platform.processor() or platform.machine()}, "
+    print(f"# Host memory kept between calls (`jaxcomm.host_memory`), benchmark {workload}, {NODES[workload]} nodes\n")
+    command = "python results/benchmark/issue41/host_memory.py" + ("" if workload == "cnn" else f" {workload}")
+    print(f"Command: `{command}`; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, jax {jax.__version__}, float32 matmul {bench.matmul_gflops():.0f} GFLOP/s. "
           f"Each cell: {ROUNDS} fresh processes, the modes alternating; node-steps/s over 4 s after a compiled "
           f"chunk of {CHUNK} steps (median, then min-max); faults: minor page faults a step.\n")
@@ -73,7 +80,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3:
+    if len(sys.argv) == 4:
         print(json.dumps(child(*sys.argv[1:])))
     else:
-        main()
+        main(sys.argv[1] if len(sys.argv) > 1 else "cnn")
