@@ -386,3 +386,17 @@ def test_a_sweep_row_times_the_mode_auto_passed_over_and_the_table_shows_it():
     # a summary from before these arms draws its table without the column
     old = {k: v for k, v in measured.items() if not k.startswith("other_mode")}
     assert "other mode s" not in benchmark_report.format_table(_summary(sweeps={row.name: old}))
+
+
+def test_in_fresh_process_reads_the_last_printed_line_with_the_environment_added(tmp_path, monkeypatch):
+    """The helper the scripts beside the results use: a child's last line as JSON, ``env`` on top of this process'
+    own, and a failure raised with the child's stderr."""
+    script = tmp_path / "child.py"
+    script.write_text("import json, os, sys\nprint('noise')\nprint(json.dumps({'args': sys.argv[1:], "
+                      "'added': os.environ['ADDED'], 'kept': os.environ['KEPT']}))\n")
+    monkeypatch.setenv("KEPT", "yes")
+    assert bench.in_fresh_process(script, "a", "b", env={"ADDED": "1"}) == {"args": ["a", "b"], "added": "1",
+                                                                           "kept": "yes"}
+    script.write_text("import sys\nsys.exit('went wrong')\n")
+    with pytest.raises(RuntimeError, match="exited with 1:\nwent wrong"):
+        bench.in_fresh_process(script)

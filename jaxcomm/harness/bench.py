@@ -11,7 +11,9 @@ scale suite.
   process), the line through the peaks extrapolated to the budget (:func:`predict_max_nodes`, :func:`run_scale`).
 
 The fresh processes are the benchmark script's own entry points (``--measure-sweep``, ``--measure-scale``): the
-runners take ``child(args, timeout)``, that script run with ``args`` in a fresh interpreter. Nothing here imports
+runners take ``child(args, timeout)``, that script run with ``args`` in a fresh interpreter. The scripts beside the
+results take :func:`in_fresh_process` for theirs (a script, its arguments, the environment it adds; its last
+printed line read as JSON). Nothing here imports
 JAX until it measures: the benchmark's parent process and its report import this module without starting a backend.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -32,6 +35,17 @@ COLD_PLANNED_STEPS = 1000
 Child = Callable[[list[str], int], subprocess.CompletedProcess]
 """``child(args, timeout)``: the benchmark script run with ``args`` in a fresh interpreter (a timeout is a failure,
 return code 124)."""
+
+
+def in_fresh_process(script, *args: str, env: dict[str, str] | None = None):
+    """What ``python script *args`` prints on its last line, read as JSON, run in a fresh interpreter (nothing
+    compiled, cached or set process-wide by this one) with ``env`` added to this process' environment; raises
+    RuntimeError with the tail of its stderr when it fails."""
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode:
+        raise RuntimeError(f"{script} {' '.join(args)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def model_and_data(workload: str):
@@ -169,8 +183,9 @@ SWEEP_ARMS = ("one_by_one", "sweep", "population", "sequential")
 
 def measure_sweep(row: SweepRow, arm: str) -> dict:
     """Wall clock from the call to the results of ``row``'s R runs: one by one, or swept (``arm`` "sweep": in the
-    mode ``"auto"`` picks; "population" or "sequential": in that one). A method's sweep (``row.method``) reports
-    its ledger's bytes as its counters."""
+    mode ``"auto"`` picks; "population" or "sequential": in that one), and each run's ``train_seconds`` (the
+    driver's; a population's is the whole sweep's). A method's sweep (``row.method``) reports its ledger's bytes
+    as its counters."""
     if arm not in SWEEP_ARMS:
         raise ValueError(f"arm must be one of {SWEEP_ARMS}, got {arm!r}")
     from jaxcomm import methods, network, sweep, zoo
@@ -190,6 +205,7 @@ def measure_sweep(row: SweepRow, arm: str) -> dict:
         results = [network.train_network(c, model, dataset, progress=False) for c in configs]
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "mode": results[0].get("sweep", {}).get("mode"),
+            "train_seconds": [r["train_seconds"] for r in results],
             "counters": [r["final"]["bytes" if row.method else "counters"] for r in results],
             "avg_accuracy": [r["final"]["avg_accuracy"] for r in results],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

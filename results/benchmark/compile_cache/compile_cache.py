@@ -12,8 +12,6 @@ with ``JAXCOMM_AUTOTUNE=0`` (the shipped table's pair), so that only XLA's compi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +34,9 @@ def arm() -> None:
 
 
 def run_arm(env: dict) -> float:
-    out = subprocess.run([sys.executable, __file__, "--arm"], env={**os.environ, "JAXCOMM_AUTOTUNE": "0", **env},
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    from jaxcomm.harness import bench
+
+    return bench.in_fresh_process(__file__, "--arm", env={"JAXCOMM_AUTOTUNE": "0", **env})["seconds"]
 
 
 def main() -> None:

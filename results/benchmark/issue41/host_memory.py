@@ -10,9 +10,10 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import time
+
+from jaxcomm.harness import bench
 
 PAIRS = {"cnn": (("loop", "eager"), ("unrolled", "dispatch"), ("patches", "dispatch"), ("patches", "scan")),
          "student": (("vmap", "scan"), ("unrolled", "scan"), ("unrolled", "dispatch"))}
@@ -26,7 +27,6 @@ def child(workload: str, backend: str, step_loop: str) -> dict:
 
     import jaxcomm
     from jaxcomm import network
-    from jaxcomm.harness import bench
 
     model, dataset = bench.model_and_data(workload)
     config = network.NetworkConfig(num_nodes=NODES[workload], content="none", batch_size=32, backend=backend,
@@ -49,17 +49,13 @@ def main(workload: str) -> None:
     for r in range(ROUNDS):
         for backend, step_loop in PAIRS[workload]:
             for mode in ("release", "keep") if r % 2 == 0 else ("keep", "release"):
-                env = {**os.environ, "JAXCOMM_HOST_MEMORY": mode, "JAXCOMM_AUTOTUNE": "0"}
-                proc = subprocess.run([sys.executable, __file__, workload, backend, step_loop], capture_output=True,
-                                      text=True, env=env)
-                assert proc.returncode == 0, proc.stderr[-2000:]
-                out = json.loads(proc.stdout.strip().splitlines()[-1])
+                out = bench.in_fresh_process(__file__, workload, backend, step_loop,
+                                             env={"JAXCOMM_HOST_MEMORY": mode, "JAXCOMM_AUTOTUNE": "0"})
                 assert out["mode"] == mode, out
                 rows.setdefault((backend, step_loop), {}).setdefault(mode, []).append(out)
     import jax
     import numpy as np
 
-    from jaxcomm.harness import bench
     print(f"# Host memory kept between calls (`jaxcomm.host_memory`), benchmark {workload}, {NODES[workload]} nodes\n")
     command = "python results/benchmark/issue41/host_memory.py" + ("" if workload == "cnn" else f" {workload}")
     print(f"Command: `{command}`; {platform.processor() or platform.machine()}, "

@@ -56,14 +56,14 @@ def child() -> None:
 def main() -> None:
     import jax
 
+    from jaxcomm.harness import bench
+
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     ms: dict[str, list[dict]] = {name: [] for name in FLAG_SETS}
     for _ in range(ROUNDS):
         for name, flags in FLAG_SETS.items():
-            env = dict(os.environ, XLA_FLAGS=" ".join(f for f in (os.environ.get("XLA_FLAGS", ""), flags) if f))
-            proc = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True, env=env,
-                                  check=True)
-            ms[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            xla_flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), flags) if f)
+            ms[name].append(bench.in_fresh_process(__file__, "--child", env={"XLA_FLAGS": xla_flags}))
     print(f"Commit `{commit}`, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax "
           f"{jax.__version__}; {ROUNDS} interleaved rounds of a child process per flag set, each the best of 3 calls "
           f"of {CALLS} steps.\n")

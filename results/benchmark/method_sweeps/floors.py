@@ -1,48 +1,32 @@
 """How far a sweep can go: the seconds of training a sweep cannot share, beside the benchmark's two arms (issue 37).
 
 A sweep of R runs shares what is built and compiled once (the model, the compiled step, the backend's choice) and
-cannot share each run's training. For each method, in fresh processes: its 8 seeds one by one
-(``jaxcomm.methods.train``) and as one sweep (``jaxcomm.methods.sweep``, the mode ``auto`` picks), the wall clock
-of each arm, and the training seconds of the sweep's runs (the driver's ``train_seconds``: run by run, each run's;
+cannot share each run's training. For each method, in fresh processes (the benchmark's own arms,
+``experiments/benchmark.py --measure-sweep``): its 8 seeds one by one (``jaxcomm.methods.train``) and as one sweep
+(``jaxcomm.methods.sweep``, the mode ``auto`` picks), the wall clock of each arm, and the training seconds of the
+sweep's runs (the driver's ``train_seconds``: run by run, each run's;
 the first includes the compile, so a run's training is the median of the others'). The ceiling, one by one over
 R x that training, is the speed-up a sweep would reach if it cost nothing but its runs' training. From the
 repository root:
 
     python results/benchmark/method_sweeps/floors.py > results/benchmark/method_sweeps/floors.md
 """
+import dataclasses
 import json
 import os
+import pathlib
 import platform
 import statistics
-import subprocess
-import sys
-import time
+
+from jaxcomm.harness import bench
 
 METHODS = ("sync", "diloco:50", "codistill:100")
 RUNS, NODES, STEPS, EVAL_EVERY = 8, 10, 1000, 250
-
-
-def child(spec: str, arm: str) -> dict:
-    from jaxcomm import methods, network, zoo
-    from jaxcomm.harness.bench import model_and_data
-
-    model, dataset = model_and_data("student")
-    method = zoo.parse(spec)
-    configs = [network.NetworkConfig(num_nodes=NODES, num_steps=STEPS, eval_every=EVAL_EVERY, seed=s)
-               for s in range(RUNS)]
-    start = time.perf_counter()
-    if arm == "one_by_one":
-        results = [methods.train(method, c, model, dataset, progress=False) for c in configs]
-    else:
-        results = methods.sweep(method, configs, model, dataset, progress=False)
-    return {"seconds": time.perf_counter() - start, "mode": results[0].get("sweep", {}).get("mode"),
-            "train_seconds": [r["train_seconds"] for r in results]}
+BENCHMARK = pathlib.Path(__file__).resolve().parents[3] / "experiments" / "benchmark.py"
 
 
 def main() -> None:
     import jax
-
-    from jaxcomm.harness import bench
 
     print("# Method sweeps: the training a sweep cannot share\n")
     print(f"Command: `python results/benchmark/method_sweeps/floors.py`; {platform.machine()}, {os.cpu_count()} cores, "
@@ -53,13 +37,9 @@ def main() -> None:
           f"| {RUNS} runs' training s | ceiling (one by one / training) |")
     print("|---|---|---|---|---|---|---|---|")
     for spec in METHODS:
-        arms = {}
-        for arm in ("one_by_one", "sweep"):
-            proc = subprocess.run([sys.executable, __file__, spec, arm], capture_output=True, text=True,
-                                  env={**os.environ, "JAXCOMM_AUTOTUNE": "0"})
-            assert proc.returncode == 0, proc.stderr[-2000:]
-            arms[arm] = json.loads(proc.stdout.strip().splitlines()[-1])
-        one, sweep = arms["one_by_one"], arms["sweep"]
+        row = json.dumps(dataclasses.asdict(bench.SweepRow("student", RUNS, NODES, STEPS, EVAL_EVERY, spec)))
+        one, sweep = (bench.in_fresh_process(BENCHMARK, "--measure-sweep", row, arm, env={"JAXCOMM_AUTOTUNE": "0"})
+                      for arm in ("one_by_one", "sweep"))
         if sweep["mode"] == "sequential":
             run = statistics.median(sweep["train_seconds"][1:])
             training, per_run = RUNS * run, f"{run:.2f}"
@@ -71,7 +51,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3:
-        print(json.dumps(child(*sys.argv[1:])))
-    else:
-        main()
+    main()

@@ -13,7 +13,6 @@ can be seen to train the same runs.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 
@@ -41,8 +40,9 @@ def arm(spec: str, mode: str) -> None:
 
 
 def run_arm(spec: str, mode: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--arm", spec, mode], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    from jaxcomm.harness import bench
+
+    return bench.in_fresh_process(__file__, "--arm", spec, mode)
 
 
 def main() -> None:
