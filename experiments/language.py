@@ -73,6 +73,22 @@ def settings(config: LanguageConfig) -> dict[str, Setting]:
 STUDY_SETTINGS = ("noise30", "noise50", "halves", "halves_sum", "len64", "len128")
 
 
+class ConfirmCell(NamedTuple):
+    """A cell of the pre-registered confirmation (``results/language/confirm_10000/preregistration.md``)."""
+
+    setting: str  # a key of settings(config)
+    normalisation: str  # cross-entropy over the heads: "mean" or "sum"
+    temperature: float  # > 0: a fixed Gumbel-softmax temperature; 0: the annealed schedule
+
+
+CONFIRM_CELLS = {"fixed_temperature": ConfirmCell("noise10", "mean", 1.0),
+                 "full_sum": ConfirmCell("noise10", "sum", 0.0),
+                 "halves_sum": ConfirmCell("halves_sum", "sum", 0.0)}
+"""The three cells where communication helped before (issue 58 item 3): a fixed temperature of 1, and the summed
+cross-entropy with the full view and with complementary halves. Each trains baseline and both feedback."""
+CONFIRM_LEVELS = ("baseline", "both_feedback")
+
+
 def setting_normalisation(config: LanguageConfig, name: str) -> str:
     """Study settings named ``*_sum`` use the summed cross-entropy (weights x L); the others the adopted one."""
     return "sum" if name.endswith("_sum") else config.ce_normalisation
@@ -118,6 +134,10 @@ class LanguageConfig(language.AgentsConfig):
         ``prereg_first_seed`` (``results/language/preregistration.md``).
       prereg_first_seed: its first seed (new seeds: the study used ``range(study_seeds)``).
       metric_images: test images on which the language metrics are measured (0: skip).
+      confirm_cells: names from :data:`CONFIRM_CELLS` of the pre-registered confirmation (empty: skip); each
+        trains baseline and both feedback on ``confirm_seeds`` seeds from ``confirm_first_seed``, beside the
+        untrained agents of each view the cells use (their probes: trained minus untrained).
+      confirm_seeds, confirm_first_seed, confirm_steps: its seeds and steps.
     """
 
     dataset: str = "mnist"
@@ -143,16 +163,21 @@ class LanguageConfig(language.AgentsConfig):
     prereg_seeds: int = 10
     prereg_first_seed: int = 10
     metric_images: int = 1000
+    confirm_cells: tuple[str, ...] = ()
+    confirm_seeds: int = 10
+    confirm_first_seed: int = 10
+    confirm_steps: int = 10_000
 
     def __post_init__(self):
         super().__post_init__()
         require(self.dataset in DATASETS, "dataset", f"one of {DATASETS}", self.dataset)
         require(isinstance(self.data_dir, str), "data_dir", "a string", self.data_dir)
-        for name in ("message_length", "seeds", "num_steps", "collapse_steps", "study_seeds", "study_steps"):
+        for name in ("message_length", "num_steps", "collapse_steps", "study_seeds", "study_steps", "confirm_seeds",
+                     "confirm_steps"):
             value = getattr(self, name)
             require(is_int(value) and value >= 1, name, "an integer >= 1", value)
-        for name in ("random_init_seeds", "collapse_seeds", "probe_delay", "refit_epochs", "prereg_seeds",
-                     "prereg_first_seed", "metric_images"):
+        for name in ("seeds", "confirm_first_seed", "random_init_seeds", "collapse_seeds", "probe_delay",
+                     "refit_epochs", "prereg_seeds", "prereg_first_seed", "metric_images"):
             value = getattr(self, name)
             require(is_int(value) and value >= 0, name, "an integer >= 0", value)
         require(is_real(self.noise) and 0.0 <= self.noise <= 1.0, "noise", "a fraction in [0, 1]", self.noise)
@@ -174,6 +199,11 @@ class LanguageConfig(language.AgentsConfig):
         require(isinstance(self.study_settings, tuple) and all(s in STUDY_SETTINGS for s in self.study_settings)
                 and len(set(self.study_settings)) == len(self.study_settings), "study_settings",
                 f"distinct names from {STUDY_SETTINGS}", self.study_settings)
+        require(isinstance(self.confirm_cells, tuple) and all(c in CONFIRM_CELLS for c in self.confirm_cells)
+                and len(set(self.confirm_cells)) == len(self.confirm_cells), "confirm_cells",
+                f"distinct names from {tuple(CONFIRM_CELLS)}", self.confirm_cells)
+        require(self.seeds >= 1 or self.confirm_cells, "seeds", "an integer >= 1 (0 only with confirm_cells)",
+                self.seeds)
 
 
 def cpu_config() -> LanguageConfig:
@@ -206,7 +236,19 @@ def smoke_config() -> LanguageConfig:
                           metric_images=40)
 
 
-PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "horizon": horizon_config, "thesis": thesis_config}
+def confirm_config() -> LanguageConfig:
+    """The pre-registered confirmation at the thesis' horizon (issue 58 item 3,
+    ``results/language/confirm_10000/preregistration.md``): baseline and both feedback in the three
+    :data:`CONFIRM_CELLS` on new seeds 10-19, 10,000 steps, online and refit probes, and the untrained agents of
+    each view; nothing else. One population of 80 members, about 1.7 CPU hours alone; resumable (``--resume``)."""
+    return LanguageConfig(seeds=0, eval_every=100, random_init_seeds=0, collapse_seeds=0, study_settings=(),
+                          fixed_temperature=0.0, probe_delay=0, reinforce=False, prereg_seeds=0,
+                          confirm_cells=tuple(CONFIRM_CELLS), confirm_seeds=10, confirm_first_seed=10,
+                          confirm_steps=10_000)
+
+
+PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "horizon": horizon_config, "thesis": thesis_config,
+           "confirm": confirm_config}
 
 
 def load_dataset(config: LanguageConfig) -> ImageDataset:
@@ -254,10 +296,20 @@ def all_members(config: LanguageConfig) -> list[Entry]:
                 for lv in config.ablation_levels for s in range(config.seeds)]
     members += [entry("prereg", "halves_sum", lv, s, "sum") for lv in ("baseline", "both_feedback")
                 for s in range(config.prereg_first_seed, config.prereg_first_seed + config.prereg_seeds)]
+    seeds = range(config.confirm_first_seed, config.confirm_first_seed + config.confirm_seeds)
+    for name in config.confirm_cells:
+        cell = CONFIRM_CELLS[name]
+        members += [entry(f"confirm/{name}", cell.setting, lv, s, cell.normalisation, temperature=cell.temperature)
+                    for lv in CONFIRM_LEVELS for s in seeds]
+    for view in sorted({named[CONFIRM_CELLS[c].setting].view for c in config.confirm_cells}):
+        setting = next(k for k, v in named.items() if v == named["noise10"]._replace(view=view))
+        members += [entry(f"confirm_untrained/{view}", setting, "baseline", s, norm, frozen=True) for s in seeds]
     return members
 
 
 def member_steps(config: LanguageConfig, entry: Entry) -> int:
+    if entry.group.startswith("confirm"):
+        return config.confirm_steps
     if entry.group in ("table", *ABLATIONS):
         return config.num_steps
     return config.study_steps if entry.group in ("study", "prereg") else config.collapse_steps
@@ -356,6 +408,29 @@ def _rows_of(ms: Sequence[dict], levels: Sequence[str], extra: dict) -> dict[str
     return {lv: {**row_metrics([m for m in ms if m["level"] == lv], base), **extra} for lv in levels}
 
 
+def confirm_rows(config: LanguageConfig, done: Sequence[dict], steps_of: dict[str, int]) -> dict[str, dict]:
+    """Rows of the pre-registered confirmation: ``confirm/<cell>/<level>`` (paired with the cell's baseline, and
+    with the untrained agents of its view under both probes) and ``confirm/untrained/<view>``."""
+    named, rows = settings(config), {}
+    untrained = {view: [m for m in done if m["group"] == f"confirm_untrained/{view}"] for view in ("full", "halves")}
+    for view, ms in untrained.items():
+        if ms:
+            rows[f"confirm/untrained/{view}"] = {**row_metrics(ms, None), "view": view,
+                                                 "steps": steps_of[ms[0]["population"]]}
+    for name in config.confirm_cells:
+        cell, ms = CONFIRM_CELLS[name], [m for m in done if m["group"] == f"confirm/{name}"]
+        extra = {"cell": name, **cell._asdict(), **named[cell.setting]._asdict(),
+                 "steps": steps_of[ms[0]["population"]], "seed_list": sorted({m["seed"] for m in ms})}
+        for lv, row in _rows_of(ms, CONFIRM_LEVELS, extra).items():
+            mine, frozen = [m for m in ms if m["level"] == lv], untrained[named[cell.setting].view]
+            row["paired_diff_vs_untrained"], row["paired_diff_vs_untrained_ci95"], _ = paired(mine, frozen)
+            if "refit_test_accuracy" in mine[0]:
+                row["refit_paired_diff_vs_untrained"], row["refit_paired_diff_vs_untrained_ci95"], _ = paired(
+                    mine, frozen, "refit_test_accuracy")
+            rows[f"confirm/{name}/{lv}"] = row
+    return rows
+
+
 def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progress: bool = True) -> dict:
     """Trains every population (table, other CE normalisation, study) and computes the rows.
 
@@ -372,7 +447,8 @@ def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progr
         name = f"L{length}_steps{steps}" + ("" if estimator == "gumbel" else f"_{estimator}")
         groups = sorted({e.group for e in entries})
         refit = (ProbeConfig(config.refit_epochs, 256, config.refit_learning_rate)
-                 if config.refit_epochs and {"table", *ABLATIONS} & set(groups) else None)
+                 if config.refit_epochs and ({"table", *ABLATIONS} & set(groups)
+                                             or any(g.startswith("confirm") for g in groups)) else None)
         pop = language.train_agents(config.replace(estimator=estimator), [e.member for e in entries], dataset,
                                     length=length, num_steps=steps, progress=progress,
                                     desc=f"{name} ({', '.join(groups)}, {len(entries)} members)",
@@ -390,11 +466,13 @@ def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progr
     done = [{**m, "population": name} for name, pop in pops.items() for m in pop["members"]]
     steps_of = {name: pop["steps_done"] for name, pop in pops.items()}
 
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict] = confirm_rows(config, done, steps_of)
     table = [m for m in done if m["group"] == "table" and not m["frozen"]]
-    extra = {"setting": "noise10", "normalisation": config.ce_normalisation, "steps": steps_of[table[0]["population"]]}
-    for lv, row in _rows_of(table, config.levels, extra).items():
-        rows[lv] = {**row, "thesis_test_accuracy": THESIS_TABLE[lv]}
+    if table:
+        extra = {"setting": "noise10", "normalisation": config.ce_normalisation,
+                 "steps": steps_of[table[0]["population"]]}
+        for lv, row in _rows_of(table, config.levels, extra).items():
+            rows[lv] = {**row, "thesis_test_accuracy": THESIS_TABLE[lv]}
     frozen = [m for m in done if m["group"] == "table" and m["frozen"]]
     if frozen:
         rows["random_init_probe"] = {**row_metrics(frozen, None), "steps": steps_of[frozen[0]["population"]]}
@@ -435,6 +513,7 @@ def run(config: LanguageConfig, *, checkpoints: Checkpoints | None = None, progr
         rows.update({f"study/{setting}/{lv}": row for lv, row in _rows_of(ms, config.levels, extra).items()})
 
     lv_pick = "both_feedback" if "both_feedback" in config.levels else "baseline"
+    examples = None
     for pop in pops.values():  # the Fig. 4.2 member: seed 0 of both-feedback in the table
         hits = [i for i, m in enumerate(pop["members"]) if m["group"] == "table" and m["level"] == lv_pick
                 and m["seed"] == 0 and not m["frozen"]]

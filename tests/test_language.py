@@ -639,3 +639,37 @@ def test_committed_table_redraws_unchanged(lx, tmp_path):
         shutil.copy(committed / name, tmp_path / name)
     lx.write_report(tmp_path, plots=False)
     assert (tmp_path / "table.md").read_text() == (committed / "table.md").read_text()
+
+
+def test_confirm_preset_members(lx):
+    """The pre-registered confirmation: baseline and both feedback in each cell on new seeds, the untrained agents
+    of each view on the same seeds, nothing else, one population."""
+    config = lx.confirm_config()
+    entries = lx.all_members(config)
+    seeds = list(range(10, 20))
+    for name, cell in lx.CONFIRM_CELLS.items():
+        mine = [e for e in entries if e.group == f"confirm/{name}"]
+        assert [(e.member.level, e.member.seed) for e in mine] == [(lv, s) for lv in lx.CONFIRM_LEVELS for s in seeds]
+        assert {(e.member.normalisation, e.member.temperature, e.member.frozen) for e in mine} == {
+            (cell.normalisation, cell.temperature, False)}
+    untrained = {e.group: e for e in entries if e.member.frozen}
+    assert sorted(untrained) == ["confirm_untrained/full", "confirm_untrained/halves"]
+    assert {e.member.view for e in entries if e.group == "confirm_untrained/halves"} == {"halves"}
+    assert len(entries) == 80 and list(lx.populations(config)) == [(32, 10_000, "gumbel")]
+
+
+def test_confirm_smoke_run_reports(lx, tmp_path):
+    argv = ["--preset", "smoke", "--out", str(tmp_path), "--force", "seeds=0", "random_init_seeds=0",
+            "collapse_seeds=0", "study_settings=", "fixed_temperature=0", "probe_delay=0", "reinforce=False",
+            "prereg_seeds=0", "confirm_cells=fixed_temperature,halves_sum", "confirm_seeds=2", "confirm_steps=20"]
+    assert lx.cli(argv) == 0
+    rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    assert sorted(rows) == ["confirm/fixed_temperature/baseline", "confirm/fixed_temperature/both_feedback",
+                            "confirm/halves_sum/baseline", "confirm/halves_sum/both_feedback",
+                            "confirm/untrained/full", "confirm/untrained/halves"]
+    both = rows["confirm/halves_sum/both_feedback"]
+    assert both["paired_seeds"] == 2 and both["seed_list"] == [10, 11] and both["view"] == "halves"
+    untrained = rows["confirm/untrained/halves"]["test_accuracy"]
+    assert both["paired_diff_vs_untrained"] == pytest.approx(both["test_accuracy"] - untrained, abs=1e-2)
+    table = (tmp_path / "table.md").read_text()
+    assert "Primary (pre-registered)" in table and table.count("| halves_sum |") >= 2

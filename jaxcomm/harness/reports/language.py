@@ -688,10 +688,89 @@ def _language_section(rows: dict, cfg: dict) -> list[str]:
     return out
 
 
+CONFIRM_FAMILIES = (
+    ("Primary (pre-registered): both feedback minus baseline, online probe", "both_feedback",
+     "paired_diff_vs_baseline", "paired_diff_ci95"),
+    ("Secondary: both feedback minus baseline, refit probe", "both_feedback", "refit_paired_diff_vs_baseline",
+     "refit_paired_diff_ci95"),
+    ("Secondary: trained minus untrained agents of the same seed and view, online probe", None,
+     "paired_diff_vs_untrained", "paired_diff_vs_untrained_ci95"),
+    ("Secondary: trained minus untrained agents of the same seed and view, refit probe", None,
+     "refit_paired_diff_vs_untrained", "refit_paired_diff_vs_untrained_ci95"))
+"""The families of ``confirm_10000/preregistration.md``: (title, level or None for both levels, mean key, CI key);
+Holm within each family."""
+
+
+def _confirm_keys(rows: dict) -> list[str]:
+    """The confirmation's ``confirm/<cell>/<level>`` rows, in the summary's order."""
+    return [k for k in rows if k.startswith("confirm/") and k.split("/")[-1] in ("baseline", "both_feedback")]
+
+
+def confirm_families(rows: dict) -> dict[str, list[dict]]:
+    """Each family's comparisons with raw and Holm-adjusted two-sided p-values and the registered verdict."""
+    cells = sorted({k.split("/")[1] for k in _confirm_keys(rows)})
+    out = {}
+    for title, level, mean_key, ci_key in CONFIRM_FAMILIES:
+        family = [{"cell": c, "level": lv, "mean": r.get(mean_key), "ci": r.get(ci_key), "n": r.get("paired_seeds", 0)}
+                  for c in cells for lv in ((level,) if level else ("baseline", "both_feedback"))
+                  if (r := rows.get(f"confirm/{c}/{lv}")) is not None and r.get(mean_key) is not None]
+        raw = [stats.p_value_from_ci95(f["mean"], f["ci"], f["n"]) for f in family]
+        for f, p, q in zip(family, raw, stats.holm(raw), strict=True):
+            f.update(p=p, p_holm=q, verdict="-" if q is None else "confirmed (above zero)" if q < 0.05 and f["mean"] > 0
+                     else "refuted (below zero)" if q < 0.05 else "not confirmed (adjusted p >= 0.05)")
+        if family:
+            out[title] = family
+    return out
+
+
+def confirm_markdown(summary: dict) -> str:
+    """table.md of the pre-registered confirmation (``--preset confirm``): the cells' rows, then each registered
+    family of comparisons, Holm-adjusted."""
+    rows, cfg = summary["rows"], summary["config"]
+    cells = _confirm_keys(rows)
+    first = rows[cells[0]]
+    lines = ["# Chapter 4: the pre-registered confirmation at 10,000 steps (issue 58, item 3)", "",
+             f"Command: `{summary['command']}` (base seed {cfg['seed']})  ",
+             f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; commit "
+             f"`{summary['git_commit']}`. Registered before the run in `preregistration.md`: seeds "
+             f"{first['seed_list'][0]}-{first['seed_list'][-1]}, {first['steps']} steps, baseline and both feedback in "
+             "each cell, online probe (test accuracy at the best validation step, the thesis' Table 4.1) and the probe "
+             "refit to convergence on the final agents' frozen features; untrained agents of each view beside them.",
+             "", "| cell | view | CE over heads | temperature | level | online probe | refit probe | "
+             "vs baseline, online [95 % CI] | vs untrained, online | vs untrained, refit | collapsed runs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k in cells:
+        r = rows[k]
+        refit = (f"{r['refit_test_accuracy']:.2f} ± {r['refit_test_accuracy_std']:.2f}" if "refit_test_accuracy" in r
+                 else "-")
+        vs_untrained = [_interval(r.get(f"{p}paired_diff_vs_untrained"), r.get(f"{p}paired_diff_vs_untrained_ci95"))
+                        for p in ("", "refit_")]
+        lines.append(f"| {r['cell']} | {r['view']} | {r['normalisation']} | {r['temperature'] or 'annealed'} | "
+                     f"{LABELS[k.split('/')[2]]} | {r['test_accuracy']:.2f} ± {r['test_accuracy_std']:.2f} | {refit} | "
+                     f"{_ci(r) if k.endswith('both_feedback') else '-'} | {' | '.join(vs_untrained)} | "
+                     f"{r.get('collapsed_runs', '-')}/{r['seeds']} |")
+    for k in (k for k in rows if k.startswith("confirm/untrained/")):
+        r = rows[k]
+        refit = f"{r['refit_test_accuracy']:.2f}" if "refit_test_accuracy" in r else "-"
+        lines.append(f"| untrained agents | {r['view']} | - | - | - | {r['test_accuracy']:.2f} ± "
+                     f"{r['test_accuracy_std']:.2f} | {refit} | - | - | - | - |")
+    for title, family in confirm_families(rows).items():
+        lines += ["", f"**{title}** ({len(family)} comparisons, Holm-adjusted):", "",
+                  "| cell | level | paired diff [95 % CI] | p | p (Holm) | verdict |", "|---|---|---|---|---|---|"]
+        lines += [f"| {f['cell']} | {LABELS[f['level']]} | {_interval(f['mean'], f['ci'])} | "
+                  f"{'-' if f['p'] is None else format(f['p'], '.3g')} | "
+                  f"{'-' if f['p_holm'] is None else format(f['p_holm'], '.3g')} | {f['verdict']} |" for f in family]
+    return "\n".join(lines + [""])
+
+
 def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
-    """Writes table.md, then (with ``plots``) fig4_3.png and messages.png, from the run in ``out_dir``."""
+    """Writes table.md, then (with ``plots``) fig4_3.png and messages.png, from the run in ``out_dir``; a
+    confirmation run (``--preset confirm``) gets :func:`confirm_markdown` and no figures."""
     out_dir = pathlib.Path(out_dir)
     summary, curves = results.read_run(out_dir)
+    if "baseline" not in summary["rows"]:
+        report.write_table(out_dir, confirm_markdown(summary))
+        return
     parent = out_dir.parent
     earlier = None  # a longer run in a subfolder continues the parent's members (results/language/horizon_10000)
     if (parent / "summary.json").is_file() and json.loads((parent / "summary.json").read_text()).get(
