@@ -17,7 +17,7 @@ within a chunk of steps), a candidate of ``backend="auto"`` like the others.
     python experiments/benchmark.py --quick          # N <= 8, a minute (smoke test)
     python experiments/benchmark.py --only cnn_n10   # one row
 
-Sweeps (:func:`jaxcomm.sweep.train_networks`): R networks of one structure, seeds 0..R-1, trained as one
+Sweeps (:func:`jaxcomm.network_sweep.train_networks`): R networks of one structure, seeds 0..R-1, trained as one
 sweep against R ``train_network`` calls one by one, each arm in a fresh process; the wall clock from the call
 to the results (compilation and evaluations included): 16 student-MLP networks of 10 nodes (1,000 steps,
 evaluated every 250) and 5 CNN networks of 10 nodes (300 steps). Rows and sweeps that fail (or time out)

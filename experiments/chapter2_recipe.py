@@ -22,7 +22,7 @@ value without ``=`` continues the field before it).
 
 Every candidate trains ``num_nodes`` nodes sharing nothing (default ONE node: the recipe is then chosen for no row
 of Table 2.1 in particular, the least biased choice for a table whose rows compare communication against
-isolation) with seeds ``seed .. seed + num_seeds - 1`` as one sweep (:func:`jaxcomm.sweep.train_networks`), each
+isolation) with seeds ``seed .. seed + num_seeds - 1`` as one sweep (:func:`jaxcomm.network_sweep.train_networks`), each
 evaluated every ``eval_every`` steps on the validation and the test split. A candidate's accuracy at a seed is the
 node average at the final step (one node: that node's accuracy).
 
@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import data, driver, recipes, stats, sweep
+from jaxcomm import data, driver, network_sweep, recipes, stats
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness.reports import chapter2_recipe as recipe_report
@@ -302,10 +302,10 @@ def train_candidate(config: Chapter2RecipeSearchConfig, candidate: Candidate, da
     net = recipe.network(config.num_nodes, "none", eval_every=config.eval_every)
     model = recipe.model(dataset.num_classes)
     try:
-        outs = sweep.train_networks([net.replace(seed=s) for s in seeds], model, dataset, eval_split=EVAL_SPLIT,
-                                    progress=progress, desc=candidate.name,
-                                    checkpointer=checkpoints.run(checkpoint_name(candidate.name))
-                                    if checkpoints else None)
+        outs = network_sweep.train_networks([net.replace(seed=s) for s in seeds], model, dataset, eval_split=EVAL_SPLIT,
+                                            progress=progress, desc=candidate.name,
+                                            checkpointer=checkpoints.run(checkpoint_name(candidate.name))
+                                            if checkpoints else None)
     except driver.LossStop as stop:
         print(f"[{candidate.name}] stopped: {stop}", flush=True)
         per_seed = [{"seed": s, "val_accuracy": None, "test_accuracy": None, "steps": stop.step, "wall_seconds": 0.0,

@@ -85,7 +85,7 @@ class OutputsExchangeConfig(recipes.Chapter2Recipe):
         estimated time (its node-steps at the speed of the last study run) would overrun; skipped
         runs are listed in the summary. 0: no limit. The rows always run.
       num_seeds: every row and study point runs with seeds ``seed, seed + 1, ...`` as one sweep
-        (:func:`jaxcomm.sweep.train_networks`); tables give the mean and standard deviation.
+        (:func:`jaxcomm.network_sweep.train_networks`); tables give the mean and standard deviation.
     """
 
     eval_every: int = 500

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import data, inbox, network, stats, sweep
+from jaxcomm import data, inbox, network, network_sweep, stats
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.driver import Interrupted
 from jaxcomm.harness import cli as harness_cli
@@ -61,7 +61,7 @@ class ReliabilityConfig:
       consume_prob: p_c (thesis 0.5); nodes broadcast with p_c / (N - 1).
       num_steps: training steps of each network.
       eval_every: steps between test evaluations.
-      seeds: seeds per (N, f), trained as one sweep (:func:`jaxcomm.sweep.train_networks`).
+      seeds: seeds per (N, f), trained as one sweep (:func:`jaxcomm.network_sweep.train_networks`).
       resume_steps: steps of the resume check's small MNIST network.
       seed: the first seed.
     """
@@ -295,9 +295,9 @@ def run(config: ReliabilityConfig, *, checkpoints: Checkpoints | None = None, pr
             finals = []
             seeds = range(config.seed, config.seed + config.seeds)
             name = f"n{n}_f{round(100 * fraction)}"
-            outs = sweep.train_networks([config.network(n, fraction, seed) for seed in seeds], model, dataset,
-                                        progress=progress, desc=name,
-                                        checkpointer=checkpoints.run(name) if checkpoints else None)
+            outs = network_sweep.train_networks([config.network(n, fraction, seed) for seed in seeds], model, dataset,
+                                                progress=progress, desc=name,
+                                                checkpointer=checkpoints.run(name) if checkpoints else None)
             for seed, out in zip(seeds, outs, strict=True):
                 finals.append(out["final"])
                 alive = float(np.mean([h["alive_fraction"] for h in out["history"]]))

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxcomm import bandwidth, data, network, population, recipes, sweep, unsupervised
+from jaxcomm import bandwidth, data, network, network_sweep, population, recipes, unsupervised
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import results
@@ -78,7 +78,7 @@ class UnsupervisedExchangeConfig(unsupervised.UnsupervisedConfig):
       num_pictures: test images reconstructed, and samples drawn, by node 0 of every row at the end.
       rows: which rows of :data:`ROWS` to run.
       num_seeds: every row runs with seeds ``seed, seed + 1, ...`` as one sweep
-        (:func:`jaxcomm.sweep.train_networks`); the table gives the mean and standard deviation.
+        (:func:`jaxcomm.network_sweep.train_networks`); the table gives the mean and standard deviation.
     """
 
     dataset: str = "cifar10"
@@ -216,7 +216,7 @@ def summarise(name: str, history: list[dict], *, nodes: int) -> dict:
 
 def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageDataset, *,
           checkpoints: Checkpoints | None, progress: bool, controls: dict) -> tuple[dict, dict, dict]:
-    """One row trained with every seed as one sweep (:func:`jaxcomm.sweep.train_networks`) and summarised:
+    """One row trained with every seed as one sweep (:func:`jaxcomm.network_sweep.train_networks`) and summarised:
     ``(row, curve, pictures)`` — the row and curve averaged over seeds (each seed's row in ``per_seed``), the
     pictures of the first seed's node 0.
 
@@ -241,9 +241,10 @@ def train(config: UnsupervisedExchangeConfig, name: str, dataset: data.ImageData
                          untrained.init(jax.random.PRNGKey(seed)), 0, probe_now=probe_now) for seed in seeds]
     if probe_now:
         controls[key] = [before["probe"] for before in befores]
-    outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], program, dataset, evaluator=evaluator,
-                                progress=progress, desc=name,
-                                checkpointer=checkpoints.run(name) if checkpoints else None)
+    outs = network_sweep.train_networks([net.replace(seed=seed) for seed in seeds], program, dataset,
+                                        evaluator=evaluator,
+                                        progress=progress, desc=name,
+                                        checkpointer=checkpoints.run(name) if checkpoints else None)
     runs = [_run_row(name, out, before, program=program, control=controls[key][i] if key in controls else None)
             for i, (out, before) in enumerate(zip(outs, befores, strict=True))]
     if probe_now:

@@ -16,11 +16,15 @@ def _demo(args: argparse.Namespace) -> int:
     config = demo.DemoConfig(dataset=args.dataset, data_dir=args.data_dir, num_nodes=args.nodes,
                              num_neighbours=args.neighbours, num_steps=args.steps,
                              hidden=tuple(args.hidden), seed=args.seed, num_seeds=args.seeds, backend=args.backend)
+    from jaxcomm import driver  # noqa: PLC0415
     from jaxcomm.harness.cli import interrupts  # noqa: PLC0415
 
     start, seen = time.perf_counter(), []
     try:
-        with interrupts(seen):  # SIGTERM too stops the demo like Ctrl-C
+        # SIGTERM too stops the demo like Ctrl-C; within the guard a signal at any moment (loading, building,
+        # choosing a backend, compiling) stops it at the driver's next check, never inside JAX; one that no
+        # check acted on reaches interrupts' handler as the guard ends
+        with interrupts(seen), driver.interruptible():
             result = demo.run(config, progress=not args.no_progress)
         if seen:
             raise KeyboardInterrupt(f"signal {seen[0]}")

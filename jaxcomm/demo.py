@@ -4,7 +4,7 @@ Each node holds a private tenth of the training digits. Isolated nodes only see
 their shard; sharing nodes also train on minibatches (indices + true labels)
 that their ring neighbours broadcast, as in thesis ch. 2. The table shows the
 average node accuracy and the collective decision under every weighting. Each
-network's seeds train as one sweep (:func:`jaxcomm.sweep.train_networks`).
+network's seeds train as one sweep (:func:`jaxcomm.network_sweep.train_networks`).
 
     jaxcomm demo                       # the shipped 5,000-digit sample, about a minute on 2 CPU cores
     jaxcomm demo --dataset mnist --data-dir ../shared/data
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from jaxcomm import data, decision, sweep, validation
+from jaxcomm import data, decision, network_sweep, validation
 from jaxcomm.models import MLP
 from jaxcomm.network import NetworkConfig
 
@@ -89,8 +89,8 @@ def run(config: DemoConfig, *, progress: bool = True) -> dict:
     seeds = range(config.seed, config.seed + config.num_seeds)
     for name, network in networks.items():
         start = time.perf_counter()
-        results = sweep.train_networks([network.replace(seed=seed) for seed in seeds], model, dataset,
-                                       progress=progress, desc=f"{name}, {seeds_text(config)}")
+        results = network_sweep.train_networks([network.replace(seed=seed) for seed in seeds], model, dataset,
+                                               progress=progress, desc=f"{name}, {seeds_text(config)}")
         for seed, result in zip(seeds, results, strict=True):
             if result.get("interrupted") or result.get("final") is None:
                 raise Interrupted(name, seed, int(result.get("steps_done", 0)), network.num_steps)

@@ -18,7 +18,10 @@ and a host-side ``evaluate``. :func:`train` runs it:
 * SIGINT/SIGTERM are honoured between steps of a dispatched chunk; a scanned
   chunk measured to run longer than ``max_block_seconds`` is cut into pieces
   that divide ``eval_every`` (a length's first call, mostly compilation, is not
-  judged).
+  judged);
+* :func:`interruptible` extends that guard over a whole call (building a system,
+  choosing its backend by timing, compiling, training, evaluating): a signal at
+  any moment stops the call at the next check, never inside JAX.
 
 Every system of jaxcomm (chapter 2's network, data-parallel SGD, chapter 3's
 teacher and students, chapter 4's agents) and research code's own systems
@@ -212,6 +215,23 @@ def first_bad(losses: np.ndarray, bound: float = np.inf) -> tuple[int, int | Non
     return step, node, float(flat[step, node or 0])
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Flag:
+    """What every guard of the main thread shares while the outermost one is active: the first signal that
+    came (``signum``, None before), and whether a check acted on it (``acted``: raised for it)."""
+
+    __slots__ = ("signum", "acted")
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.acted = False
+
+
+_outermost: _StopOnSignal | None = None  # the main thread's guard that installed the handlers, while active
+
+
 class _StopOnSignal:
     """Within the block, SIGINT and SIGTERM set a flag that the loop checks between steps and pieces.
 
@@ -220,25 +240,60 @@ class _StopOnSignal:
     next check; a second one raises at once. A signal caught after the last
     check is passed on to the previous handler by :meth:`pass_on` (main thread only).
 
+    Guards nest (main thread only): the outermost one installs the handlers (also over SIG_IGN, which a job
+    started in the background of a non-interactive shell inherits) and restores the previous ones on exit; an
+    inner one (:func:`train` within :func:`interruptible`) shares its flag, installs nothing, and leaves the
+    passing on to the outermost one. Outside the main thread a guard catches nothing (Python delivers signals
+    to the main thread only).
+
     Across processes (``jax.distributed``) every process must run the same programs, so a signal to
     one (a preempted host) stops all of them together at the next chunk boundary
     (:meth:`check_together`, one all-gather per chunk); the checks between steps and pieces wait.
     """
 
-    def __init__(self, processes: int = 1):
-        self.processes = processes
+    def __init__(self, processes: int | None = None):
+        self._processes = processes  # None: jax.process_count(), read when first needed
+        self.flag, self._old, self._owner = _Flag(), {}, False
+
+    @property
+    def processes(self) -> int:
+        if self._processes is None:
+            self._processes = jax.process_count()
+        return self._processes
+
+    @property
+    def signum(self) -> int | None:
+        return self.flag.signum
+
+    @signum.setter
+    def signum(self, value: int | None) -> None:
+        self.flag.signum = value
+
+    @property
+    def acted(self) -> bool:
+        return self.flag.acted
+
+    @acted.setter
+    def acted(self, value: bool) -> None:
+        self.flag.acted = value
 
     def __enter__(self):
-        self.signum, self.acted, self._old = None, False, {}
+        global _outermost  # pylint: disable=global-statement
+        self.flag, self._old, self._owner = _Flag(), {}, False
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._old[signum] = signal.signal(signum, self._handle)
+            if _outermost is not None:
+                self.flag = _outermost.flag  # nested: one flag, the outer handlers
+            else:
+                for signum in _SIGNALS:
+                    self._old[signum] = signal.signal(signum, self._handle)
+                _outermost, self._owner = self, True
         return self
 
     def _handle(self, signum, frame):
-        if self.signum is not None:
+        if self.flag.signum is not None:
+            self.flag.acted = True  # raised for: nothing left to pass on
             raise KeyboardInterrupt(f"signal {signum}")
-        self.signum = signum
+        self.flag.signum = signum
 
     def check(self) -> None:
         """Raises KeyboardInterrupt (from Python, between JAX calls) once a signal came (one process only)."""
@@ -257,14 +312,101 @@ class _StopOnSignal:
         return None
 
     def __exit__(self, *exc):
-        for signum, old in self._old.items():
-            signal.signal(signum, old)
+        global _outermost  # pylint: disable=global-statement
+        if self._owner:
+            for signum, old in self._old.items():
+                # None: a handler not installed from Python, which cannot be put back; the default instead
+                signal.signal(signum, signal.SIG_DFL if old is None else old)
+            _outermost = None
         return False
 
     def pass_on(self) -> None:
-        """Delivers a signal that came after the last check to the handler the block replaced."""
-        if self.signum is not None and not self.acted:
-            signal.raise_signal(self.signum)
+        """After the block: delivers a signal that no check acted on to the handler the block replaced.
+
+        Only the outermost guard passes on (an inner one leaves it to it). Where that handler ignored the
+        signal (SIG_IGN) or was not Python's, a KeyboardInterrupt is raised instead: a signal that came while
+        the guard held it is never dropped.
+        """
+        if not self._owner or self.signum is None or self.acted:
+            return
+        self.acted = True  # passed on once
+        old = self._old.get(self.signum)
+        if old is None or old == signal.SIG_IGN:
+            raise KeyboardInterrupt(f"signal {self.signum}")
+        signal.raise_signal(self.signum)
+
+
+def interruptible(fn: Callable | None = None):
+    """Guards a whole call against SIGINT and SIGTERM: they stop it at the next check, never inside JAX.
+
+    ``@driver.interruptible`` on a function, or ``with driver.interruptible():`` around a block. Within it
+    (main thread only), the first SIGINT/SIGTERM only sets a flag, so a signal while a network is built, its
+    backend is timed, or its first program compiles no longer raises KeyboardInterrupt inside XLA (after which
+    the interpreter could die of a segmentation fault at exit); a second one raises at once. The flag is
+    honoured at the next check:
+
+    * every :func:`train` within the call shares it (its own guard nests, installing nothing): a signal that came
+      before or during a run stops it at its next check, before its first chunk if it came earlier, and the run
+      returns with status "interrupted" (or raises :class:`Interrupted` when checkpointed); later runs of the
+      call (a sweep's) stop likewise, after 0 steps;
+    * :func:`interruption_point`, which code within the call may place between long steps of its own
+      (between the builds of a sweep, say), raises KeyboardInterrupt there;
+    * on leaving the block normally, a signal that no check acted on (it came after the last one, or no
+      :func:`train` ran) is delivered to the handler the guard replaced: Python's default for SIGINT raises
+      KeyboardInterrupt there, the default for SIGTERM ends the process; where SIGINT was ignored (SIG_IGN: a
+      job started in the background of a non-interactive shell) a KeyboardInterrupt is raised instead. So a
+      signal at any moment ends the call interrupted, never with a complete result.
+
+    Guards nest: only the outermost one installs handlers (also over SIG_IGN) and restores the previous ones
+    on exit. Across processes, runs stop together at a chunk boundary as in :func:`train`.
+
+    Returns:
+      ``interruptible(fn)``: ``fn`` guarded (one guard per call); ``interruptible()``: a guard, a context
+      manager whose ``signum`` is the first signal that came within it (None before).
+
+    Raises:
+      KeyboardInterrupt: a signal no run acted on (on leaving the block), a second signal (at once), or
+        a signal at an :func:`interruption_point`.
+    """
+    if fn is None:
+        return _Guard()
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        with _Guard():
+            return fn(*args, **kwargs)
+
+    return guarded
+
+
+class _Guard:
+    """The context manager of :func:`interruptible`."""
+
+    def __init__(self):
+        self._stopper = _StopOnSignal()
+
+    def __enter__(self) -> _Guard:
+        self._stopper.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._stopper.__exit__(exc_type, exc, tb)
+        if exc_type is None:  # an exception already ends the call unfinished: it goes on as it is
+            self._stopper.pass_on()
+        return False
+
+    @property
+    def signum(self) -> int | None:
+        """The first signal that came within the block, or None."""
+        return self._stopper.signum
+
+
+def interruption_point() -> None:
+    """Raises KeyboardInterrupt once a signal came within the main thread's :func:`interruptible` block (in a
+    single-process run; across processes only :func:`train`'s chunk boundaries stop, all together). Elsewhere,
+    or with no signal, it does nothing. Place it between long steps that are not a :func:`train`."""
+    if _outermost is not None and threading.current_thread() is threading.main_thread():
+        _outermost.check()
 
 
 @functools.lru_cache(maxsize=32)
@@ -373,6 +515,7 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
 
 
+@interruptible
 def train(
     system: System,
     data: PyTree,
@@ -411,6 +554,11 @@ def train(
         falls back to is then kept in host memory (one device-to-host copy per evaluation).
         The first state is copied once (:func:`own_buffers`): the caller's arrays are never consumed.
         None: :func:`donation` (on every backend of a single-process run).
+
+    The whole call is :func:`interruptible` (``init``'s compilation and a resumed run's restore included): a first
+    SIGINT/SIGTERM stops the run at the next check, between steps or pieces of a chunk; within an outer
+    :func:`interruptible` call (a network's build, a sweep), a signal that came earlier stops it before its first
+    chunk. One that came after the last check is passed on as the run returns (see :func:`interruptible`).
 
     Raises:
       NonFiniteLoss, Diverged: a loss left its bounds (the state before that
@@ -536,7 +684,8 @@ def train(
         save(complete=not interrupted)
         if interrupted:
             raise Interrupted(done, str(checkpointer.directory))
-    stopper.pass_on()  # the run is complete and saved; the caller still hears of the signal
+    # A signal no check acted on (after the last one) is passed on by train's own guard (@interruptible), on
+    # return: the run is complete and saved, the caller still hears of the signal.
     status = "interrupted" if interrupted else "stopped" if finished and done < num_steps else "complete"
     if interrupted:  # the state of the last whole chunk (a donated one was consumed by the chunk cut short)
         state = committed[0]

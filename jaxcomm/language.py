@@ -921,6 +921,7 @@ def refit_probes(fns: AgentFunctions, gen_b, dataset: ImageDataset, arrays: Memb
             "best_epoch": np.asarray(probes.best_epoch), "converged": gain < 0.2}
 
 
+@driver.interruptible
 def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: ImageDataset, *, length: int,
                  num_steps: int, progress: bool = True, desc: str | None = None,
                  checkpointer: Checkpointer | None = None, refit: ProbeConfig | None = None) -> dict:

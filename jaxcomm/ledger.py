@@ -7,7 +7,8 @@ nodes together, by kind:
 * ``payload``: what is said about them (labels, logits, features);
 * ``parameters``: parameters or gradients, dense, compressed or low-rank (all-reduce, gossip, DiLoCo's
   outer gradients, checkpoints);
-* ``indices``: sample indices (the ``shared`` data model) and message headers.
+* ``indices``: sample indices (the ``shared`` data model) and message headers;
+* ``coordinates``: which coordinates of a sparse parameter vector travel (top-k's int32 positions).
 
 :func:`record` turns a booking into the ``bytes`` record every method's history carries:
 ``{"total", "per_node_step", "by_kind": {kind: per node and step}, "data_model", "encoding"}``. The
@@ -27,7 +28,7 @@ from typing import NamedTuple
 
 from jaxcomm import exchange as exchanges
 
-KINDS = ("inputs", "payload", "parameters", "indices")
+KINDS = ("inputs", "payload", "parameters", "indices", "coordinates")
 DATA_MODELS = exchanges.DATA_MODELS
 ENCODINGS = ("raw",)  # inputs as the uint8 arrays held
 
@@ -39,6 +40,7 @@ class Booking(NamedTuple):
     payload: float = 0.0
     parameters: float = 0.0
     indices: float = 0.0
+    coordinates: float = 0.0
 
     def __add__(self, other: Booking) -> Booking:  # type: ignore[override]
         return Booking(*(a + b for a, b in zip(self, other, strict=True)))

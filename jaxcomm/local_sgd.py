@@ -14,8 +14,8 @@ minibatches of its own shard, and then
 3. every node restarts from the new global model (BatchNorm statistics averaged).
 
 With H = 1, outer SGD at rate 1 and inner SGD this is synchronous SGD (tested against
-:mod:`jaxcomm.data_parallel`). Evaluation reads the global model. It reads the same
-:class:`jaxcomm.network.NetworkConfig` as a network and is its own :class:`jaxcomm.driver.System`.
+:mod:`jaxcomm.data_parallel`). Evaluation reads the global model. It is written on the kit's node population
+(:func:`jaxcomm.kit.nodes`): the local steps are an isolated network's, the round's end is this method's own.
 
 References:
   Stich (2018), "Local SGD converges fast and communicates little"; Douillard et al. (2023), DiLoCo,
@@ -25,7 +25,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -33,20 +32,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcomm import bandwidth, classifier, driver, ledger, methods, network, population, streams
+from jaxcomm import classifier, driver, kit, ledger, methods, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 from jaxcomm.validation import require
-
-
-class LocalSGDState(NamedTuple):
-    """Attributes: nodes: every node's model and inner optimiser state (``[N, ...]``); global_model: the outer
-    model as a population of one (its ``opt_state`` is the outer optimiser's); step: ``[]``; key: of the next step."""
-
-    nodes: population.NodeState
-    global_model: population.NodeState
-    step: jax.Array
-    key: jax.Array
 
 
 class LocalSGDInfo(NamedTuple):
@@ -59,46 +48,18 @@ class LocalSGDInfo(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalSGD:
-    """Pure functions of local SGD / DiLoCo; build with :func:`make_local_sgd`.
+class LocalSGD(kit.Built):
+    """Pure functions of local SGD / DiLoCo (a :class:`jaxcomm.kit.Built`); build with :func:`make_local_sgd`.
+    The state is a :class:`jaxcomm.kit.NodesState` whose ``extra`` is the global model, a population of one (its
+    ``opt_state`` the outer optimiser's).
 
     Attributes:
-      config: the network configuration it reads.
-      init, step: as every system's (``step(state, data) -> (state, LocalSGDInfo)``, pure).
-      predict: ``predict(global_model, images) -> probs [1, M, C]``, jitted.
       sync_every: H.
       num_params: P.
-      backend, step_loop: the resolved choices.
     """
 
-    config: network.NetworkConfig
-    init: Callable[[jax.Array], LocalSGDState]
-    step: Callable
-    predict: Callable
-    sync_every: int
-    num_params: int
-    backend: str
-    step_loop: str
-
-    @property
-    def layout(self) -> driver.Layout | None:
-        """How the "eager" and "dispatch" step loops hold the state within a chunk
-        (:func:`jaxcomm.classifier.layout_for`): under the "loop" and "unrolled" lifts node states apart, regrouped
-        at each round's end only."""
-        return classifier.layout_for(self.backend)
-
-    def models_of(self, state: LocalSGDState) -> population.NodeState:
-        """The global model (a population of one)."""
-        return state.global_model
-
-    @property
-    def traffic(self) -> tuple[ledger.Round, ...]:
-        """One blocking ring all-reduce of the float32 parameters (or outer gradients) at every round's end."""
-        return (ledger.Round("allreduce", 4.0 * self.num_params, every=self.sync_every),)
-
-    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
-        """One ring all-reduce of the parameters at every round's end (``steps_done // H`` rounds)."""
-        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
+    sync_every: int = 1
+    num_params: int = 0
 
     def bytes_per_node_step(self) -> float:
         """One ring all-reduce of the float32 parameters every H steps: ``2 (N-1)/N x 4 P / H``."""
@@ -115,7 +76,7 @@ def local_sgd_outer() -> optax.GradientTransformation:
     return optax.sgd(1.0)
 
 
-def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...],
+def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int, ...],
                    num_classes: int, sync_every: int, outer: optax.GradientTransformation | None = None,
                    inner: optax.GradientTransformation | None = None) -> LocalSGD:
     """Builds local SGD / DiLoCo of ``model``, a Flax classifier returning ``(logits, features)``.
@@ -131,35 +92,20 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
       inner: each node's optimiser (default Adam at the config's rate and schedule).
     """
     require(isinstance(sync_every, int) and sync_every >= 1, "sync_every", "an integer >= 1", sync_every)
-    n, b = config.num_nodes, config.batch_size
-    inner = inner or optax.adam(classifier.learning_rate(config))
+    n = config.num_nodes
+    pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, optimizer=inner)
     outer = outer or diloco_outer()
-    init_model = classifier.classifier_init(model, inner, image_shape)
-    abstract = jax.eval_shape(init_model, jax.random.PRNGKey(0))
-    num_params = bandwidth.num_params(abstract.params)
-    # (state, images, targets, key) -> (state, (loss, outputs))
-    node_step = population.make_train_step(classifier.classifier_loss(model), inner)
-    backend, step_loop, _ = classifier.choose_backend(
-        config, node_step, init_model, classifier.node_args(b, image_shape, num_classes))
-    train_nodes = population.lift_train(node_step, backend=backend)
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
 
-    def init(key: jax.Array) -> LocalSGDState:
-        keys = streams.init_keys(key)  # synchronous SGD's: the same initial model
-        start = init_model(keys.nodes)
-        nodes = population.stack([start] * n)  # every node starts from the global model
-        global_model = population.NodeState(start.params, start.model_state, outer.init(start.params))
-        return LocalSGDState(nodes, population.stack([global_model]), jnp.zeros((), jnp.int32), keys.run)
+    def global_model(nodes: population.NodeState) -> population.NodeState:  # every node starts from it
+        start = population.node(nodes, 0)
+        return population.stack([population.NodeState(start.params, start.model_state, outer.init(start.params))])
 
-    def step(state: LocalSGDState, data: network.NetworkData) -> tuple[LocalSGDState, LocalSGDInfo]:
-        keys = streams.step_keys(state.key, augment=config.augment)
-        batch = classifier.minibatch(keys, data, b, num_classes)  # an isolated network's draws
-        nodes, (loss, _) = population.state_and_aux(train_nodes(state.nodes, batch.images, batch.targets,
-                                                                jax.random.split(keys.nodes, n)))
+    def step(state: kit.NodesState, data: classifier.ShardData) -> tuple[kit.NodesState, LocalSGDInfo]:
         synced = (state.step + 1) % sync_every == 0
-        nodes, global_model = population.when_due(synced, sync, nodes, state.global_model)
-        return LocalSGDState(nodes, global_model, state.step + 1, keys.next), LocalSGDInfo(loss, batch.indices,
-                                                                                           synced)
+        state, info = pop.local_step(state, data)  # an isolated network's draws
+        nodes, glob = population.when_due(synced, sync, state.nodes, state.extra)
+        return state._replace(nodes=nodes, extra=glob), LocalSGDInfo(*info, synced)
 
     @jax.jit  # one program whether called in a jitted step or eagerly at a round's end
     def sync(nodes: population.NodeState, global_model: population.NodeState):
@@ -175,8 +121,11 @@ def make_local_sgd(config: network.NetworkConfig, model: nn.Module, *, image_sha
                                        nodes.opt_state)  # inner optimiser states stay with their nodes
         return restart, population.stack([glob])
 
+    # one blocking ring all-reduce of the float32 parameters (or outer gradients) at every round's end
+    built = pop.built(step, traffic=(ledger.Round("allreduce", 4.0 * pop.num_params, every=sync_every),),
+                      extra=global_model, same_start=True, models_of=lambda state: state.extra)
     predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
-    return LocalSGD(config, init, step, predict, sync_every, num_params, backend, step_loop)
+    return built.extended(LocalSGD, predict=predict, sync_every=sync_every, num_params=pop.num_params)
 
 
 def local_sgd(sync_every: int, *, outer: optax.GradientTransformation | None = None,
@@ -199,7 +148,7 @@ def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9
 
 
 def train_local_sgd(
-    config: network.NetworkConfig,
+    config: kit.RunConfig,
     model: nn.Module,
     dataset: ImageDataset,
     *,

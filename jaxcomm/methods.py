@@ -3,7 +3,10 @@
 A :class:`Method` is a value: a name and ``build(config, model, *, image_shape, num_classes)``, which
 returns the method's pure functions for one run (a :class:`Built`: ``init``, ``step``, ``predict``,
 ``models_of``, and ``booking``, what it has sent so far in the one byte ledger, :mod:`jaxcomm.ledger`).
-Everything else comes from the kit and the core, the same for every method:
+``config`` is a :class:`jaxcomm.kit.RunConfig` (or a config that extends it, as the network's does), and a
+method built on the kit's node population (:func:`jaxcomm.kit.nodes`) writes only what it sends and what
+it does with what it receives: :meth:`jaxcomm.kit.Population.built` makes the rest. Everything else comes from
+the kit and the core, the same for every method:
 
 * :func:`train`: one run under the one driver, evaluated every ``eval_every`` steps (test and
   validation; node average and collective decision of the models ``models_of`` names), every history
@@ -32,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 import flax.linen as nn
 import jax
 
-from jaxcomm import checkpoint, classifier, clock, driver, ledger, network, validation
+from jaxcomm import checkpoint, classifier, clock, driver, kit, ledger, validation
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -45,7 +48,7 @@ class Built(Protocol):
     """One run's pure functions, what a :class:`Method` builds (a frozen dataclass or NamedTuple will do).
 
     Attributes:
-      config: the run's :class:`jaxcomm.network.NetworkConfig` (nodes, shards, batch, optimiser, schedule).
+      config: the run's :class:`jaxcomm.kit.RunConfig` (nodes, shards, batch, optimiser, schedule).
       init: ``init(key) -> state``, pure; draw from :func:`jaxcomm.streams.init_keys`.
       step: ``step(state, data: ShardData) -> (state, info)``, pure; ``info`` has ``loss [N]`` and ``indices
         [N, B]``; draw from :func:`jaxcomm.streams.step_keys` (and :func:`jaxcomm.streams.named`).
@@ -61,7 +64,7 @@ class Built(Protocol):
         given the run's (:func:`build`).
     """
 
-    config: network.NetworkConfig
+    config: kit.RunConfig
     init: Callable
     step: Callable
     predict: Callable
@@ -97,6 +100,8 @@ class Method(NamedTuple):
         (:func:`jaxcomm.sweep.choose_mode`: run by run on a CPU); "sequential" or "population" where measured
         faster for this method (synchronous SGD, one shared model per run, as one population:
         ``results/benchmark/sweep_arms/``).
+      settings: ``settings(config)``: the numbers of a run its step reads as data (``data.settings``, ``[R]``
+        arrays in a sweep); None: :func:`jaxcomm.kit.settings`.
     """
 
     name: str
@@ -109,8 +114,9 @@ class Method(NamedTuple):
     configure: Callable | None = None
     check: Callable | None = None
     sweep_mode: str = "auto"
+    settings: Callable | None = None
 
-    def config_for(self, config: network.NetworkConfig) -> network.NetworkConfig:
+    def config_for(self, config: kit.RunConfig) -> kit.RunConfig:
         """The config a run of this method trains by."""
         return self.configure(config) if self.configure is not None else config
 
@@ -142,7 +148,7 @@ def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
         "clock": clock.reading(cluster, built, state, steps_done)})
 
 
-def build(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset, *,
+def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
           cluster: clock.Cluster | None = None) -> Built:
     """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` passed on
     to a ``build`` that takes one (whose training the links change: output sharing's messages in flight)."""
@@ -151,7 +157,8 @@ def build(method: Method, config: network.NetworkConfig, model: nn.Module, datas
                         num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
 
 
-def train(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset, *,
+@driver.interruptible
+def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
           donate: bool | None = None, cluster: clock.Cluster | None = None) -> dict:
@@ -169,14 +176,14 @@ def train(method: Method, config: network.NetworkConfig, model: nn.Module, datas
     built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster)
     checkpoint.record_lift(checkpointer, built)
     config = built.config
-    result = driver.train(_system(method, built, dataset, eval_split, cluster), _data(dataset, config),
+    result = driver.train(_system(method, built, dataset, eval_split, cluster), _data(method, dataset, config),
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
     return _finish(result, built, method)
 
 
-def load(method: Method, config: network.NetworkConfig, model: nn.Module, dataset: ImageDataset,
+def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset,
          directory: str, *, eval_split: str | Sequence[str] = "test", cluster: clock.Cluster | None = None) -> dict:
     """A trained run back from its checkpoints in ``directory`` (a :class:`jaxcomm.checkpoint.Checkpointer`'s
     folder, e.g. ``<out>/checkpoints/<run>`` of an experiment run with ``--keep-checkpoints``), without a
@@ -194,8 +201,12 @@ def load(method: Method, config: network.NetworkConfig, model: nn.Module, datase
                  checkpointer=checkpointer, cluster=cluster)
 
 
-def _data(dataset: ImageDataset, config: network.NetworkConfig) -> classifier.ShardData:
-    return classifier.shard_data(dataset, config, network.settings(config))
+def _settings(method: Method, config: kit.RunConfig):
+    return (method.settings or kit.settings)(config)
+
+
+def _data(method: Method, dataset: ImageDataset, config: kit.RunConfig) -> classifier.ShardData:
+    return classifier.shard_data(dataset, config, _settings(method, config))
 
 
 def _finish(result: dict, built: Built, method: Method) -> dict:
@@ -203,7 +214,7 @@ def _finish(result: dict, built: Built, method: Method) -> dict:
     return result | {"built": built, "method": method.name, "bytes": final["bytes"] if final else None}
 
 
-def check_runs(method: Method, configs: Sequence[network.NetworkConfig]) -> None:
+def check_runs(method: Method, configs: Sequence[kit.RunConfig]) -> None:
     """Raises ValueError naming the first field outside ``method.per_run`` on which the runs disagree."""
     if not configs:
         raise ValueError("a sweep needs at least one configuration")
@@ -216,7 +227,8 @@ def check_runs(method: Method, configs: Sequence[network.NetworkConfig]) -> None
                                  f"compiled step): run 0 has {a!r}, run {r} has {b!r}")
 
 
-def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Module, dataset: ImageDataset, *,
+@driver.interruptible
+def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
           mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None) -> list[dict]:
@@ -240,8 +252,8 @@ def sweep(method: Method, configs: Sequence[network.NetworkConfig], model: nn.Mo
     checkpoint.record_lift(checkpointer, first)
     builts = [dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first) else first._replace(config=c)
               for c in configs]
-    base = _data(dataset, configs[0])
-    datas = [classifier.run_data(base, dataset.train.labels, c, network.settings(c)) for c in configs]
+    base = _data(method, dataset, configs[0])
+    datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c)) for c in configs]
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,

@@ -55,9 +55,10 @@ from jaxcomm import (
     classifier,
     driver,
     inbox,
+    kit,
     ledger,
+    methods,
     population,
-    speed,
     streams,
     topology,
     validation,
@@ -88,26 +89,18 @@ from jaxcomm.models import to_unit_float
 from jaxcomm.validation import is_int, is_real, named_fields, require
 
 INBOX_ON_FAILURE = ("keep", "lose")
-TOPOLOGIES = topology.NAMES
-PARTITIONS = ("iid", "dirichlet")
-LR_SCHEDULES = ("constant", "cosine")
-COMPUTE_DTYPES = ("float32", "bfloat16")
+TOPOLOGIES, PARTITIONS, LR_SCHEDULES = kit.TOPOLOGIES, kit.PARTITIONS, kit.LR_SCHEDULES
+COMPUTE_DTYPES = kit.COMPUTE_DTYPES
+graph_of = kit.graph_of  # the kit's, where research code found it
 
 
 @named_fields
 @dataclasses.dataclass(frozen=True)
-class NetworkConfig:
-    """A network of communicating classifier nodes; validated on construction.
+class OutputSharingConfig:
+    """Output sharing's own fields (Algorithm 2, its inbox, failures and gossip); :class:`NetworkConfig` is these
+    and a :class:`jaxcomm.kit.RunConfig`.
 
     Attributes:
-      num_nodes: N.
-      topology: one of :data:`TOPOLOGIES`; "random" is a fixed random graph with
-        ``num_neighbours`` out-neighbours per node, "time_varying" draws a new
-        one every ``redraw_every`` steps. A graph passed to :func:`make_network`
-        by value replaces it.
-      num_neighbours: p, out-neighbours per node (ignored by "full" and
-        "exponential"); default ``min(2, num_nodes - 1)``.
-      redraw_every: steps between graphs of the "time_varying" topology.
       broadcast_prob: p_b, chance a node broadcasts each step.
       consume_prob: p_c, chance a node trains on its inbox instead of local data.
       rebroadcast: whether consumed data may be broadcast again (the thesis: yes);
@@ -119,23 +112,6 @@ class NetworkConfig:
       consumed_weight: scale of the loss on consumed data.
       inbox_capacity: K, messages an inbox holds.
       overflow: one of :data:`jaxcomm.inbox.OVERFLOW_POLICIES`.
-      batch_size: B, samples per minibatch and per message.
-      learning_rate: Adam's step size (thesis: Adam defaults, 1e-3).
-      lr_schedule: one of :data:`LR_SCHEDULES`: "constant" (the thesis) or "cosine"
-        (from ``learning_rate`` down to 0 at ``num_steps``, counted in each node's
-        own updates).
-      partition: one of :data:`PARTITIONS`; "iid" as the thesis.
-      dirichlet_alpha: concentration of the "dirichlet" label skew.
-      backend: how per-node code is lifted: one of :data:`population.BACKENDS`, or
-        "auto" for the backend measured fastest for this model family and N
-        (:func:`jaxcomm.speed.choose`).
-      step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch"
-        (one jitted call per step), "eager" (with the "loop" backend: one compiled
-        call per node, the thesis' way; :func:`jaxcomm.driver.dispatch_steps`) or
-        "auto" (measured fastest with the backend, :func:`jaxcomm.speed.choose`).
-      compute_dtype: one of :data:`COMPUTE_DTYPES`: "bfloat16" runs classifier nodes' forward
-        and backward passes in bfloat16 while their parameters, model state and optimiser state
-        stay float32 (mixed precision, :func:`in_dtype`); losses and softmax in float32.
       failure_prob: q, chance per step that an up node goes down (no training,
         no sending, no receiving until it comes back).
       failure_steps: mean steps a failed node stays down (it comes back with
@@ -143,26 +119,14 @@ class NetworkConfig:
         ``q D / (1 + q D)`` of the time.
       failure_schedule: fixed outages ``((node, first_step, end_step), ...)``, down
         for ``first_step <= step < end_step``, on top of the random ones.
-      augment: random horizontal flips and 4-pixel-padded random crops of every
-        training minibatch, local or consumed (CIFAR-style augmentation).
       inbox_on_failure: "keep" (a failed node finds its inbox as it left it) or
         "lose" (its pending messages are dropped and counted as such).
-      data_model: one of :data:`jaxcomm.exchange.DATA_MODELS`, for the bytes a message costs:
-        "private" (the thesis' exclusive shards: the minibatch's images travel, as the uint8 arrays
-        held) or "shared" (every node holds the dataset: only indices travel). Training is the same.
       gossip_every: k > 0 makes every node replace its parameters and model state,
         every k steps, by the average of its own and its in-neighbours' (gossip
         averaging over the same graph, :func:`jaxcomm.topology.mixing_matrix`);
         0 never averages. Optimiser states stay local.
-      num_steps: training steps of :func:`train_network`.
-      eval_every: steps between evaluations (one jitted chunk).
-      seed: seeds the partition, the initialisation and every draw.
     """
 
-    num_nodes: int = 10
-    topology: str = "ring"
-    num_neighbours: int | None = None
-    redraw_every: int = 100
     broadcast_prob: float = 0.5
     consume_prob: float = 0.5
     rebroadcast: bool = True
@@ -171,39 +135,13 @@ class NetworkConfig:
     consumed_weight: float = 1.0
     inbox_capacity: int = 16
     overflow: str = "drop_oldest"
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    lr_schedule: str = "constant"
-    partition: str = "iid"
-    dirichlet_alpha: float = 0.5
-    backend: str = "auto"
-    step_loop: str = "auto"
-    compute_dtype: str = "float32"
-    augment: bool = False
     failure_prob: float = 0.0
     failure_steps: float = 100.0
     failure_schedule: tuple = ()
     inbox_on_failure: str = "keep"
-    data_model: str = "private"
     gossip_every: int = 0
-    num_steps: int = 1000
-    eval_every: int = 100
-    seed: int = 0
 
     def __post_init__(self):
-        require(is_int(self.num_nodes) and self.num_nodes >= 1, "num_nodes", "an integer >= 1", self.num_nodes)
-        if self.num_neighbours is None:
-            object.__setattr__(self, "num_neighbours", min(2, self.num_nodes - 1))
-        require(self.topology in TOPOLOGIES, "topology", f"one of {TOPOLOGIES}", self.topology)
-        if self.topology not in ("full", "exponential"):
-            require(
-                is_int(self.num_neighbours) and 0 <= self.num_neighbours <= self.num_nodes - 1,
-                "num_neighbours",
-                f"an integer in [0, num_nodes - 1] = [0, {self.num_nodes - 1}]",
-                self.num_neighbours,
-            )
-        require(is_int(self.redraw_every) and self.redraw_every >= 1, "redraw_every", "an integer >= 1",
-                 self.redraw_every)
         for name in ("broadcast_prob", "consume_prob"):
             value = getattr(self, name)
             require(is_real(value) and 0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
@@ -211,56 +149,67 @@ class NetworkConfig:
         require(self.content in CONTENTS, "content", f"one of {CONTENTS}", self.content)
         require(is_real(self.temperature) and self.temperature > 0, "temperature", "a number > 0", self.temperature)
         require(is_real(self.consumed_weight) and self.consumed_weight >= 0, "consumed_weight", "a number >= 0",
-                 self.consumed_weight)
+                self.consumed_weight)
         inbox.validate(self.inbox_capacity, self.overflow)
-        require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
-        require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
-                 self.learning_rate)
-        require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"one of {LR_SCHEDULES}", self.lr_schedule)
-        require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
-        require(is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
-                 self.dirichlet_alpha)
-        population.check_backend(self.backend, allow_auto=True)
-        loops = (population.AUTO, *speed.STEP_LOOPS)
-        require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
-        require(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype", f"one of {COMPUTE_DTYPES}", self.compute_dtype)
-        require(isinstance(self.augment, bool), "augment", "True or False", self.augment)
         require(is_real(self.failure_prob) and 0.0 <= self.failure_prob < 1.0, "failure_prob",
-                 "a probability in [0, 1)", self.failure_prob)
+                "a probability in [0, 1)", self.failure_prob)
         require(is_real(self.failure_steps) and self.failure_steps >= 1, "failure_steps", "a number >= 1",
-                 self.failure_steps)
+                self.failure_steps)
+        self.check_schedule(None)
+        require(self.inbox_on_failure in INBOX_ON_FAILURE, "inbox_on_failure", f"one of {INBOX_ON_FAILURE}",
+                self.inbox_on_failure)
+        require(is_int(self.gossip_every) and self.gossip_every >= 0, "gossip_every",
+                "an integer >= 0 (0: no gossip averaging)", self.gossip_every)
+
+    def check_schedule(self, num_nodes: int | None) -> None:
+        """Raises ValueError naming ``failure_schedule`` unless it is integer triples of a node (below
+        ``num_nodes`` where given), a first step and an end step >= the first."""
+        top = "N - 1" if num_nodes is None else num_nodes - 1
         require(isinstance(self.failure_schedule, tuple) and all(
             isinstance(o, tuple) and len(o) == 3 and all(is_int(v) for v in o)
-            and 0 <= o[0] < self.num_nodes and 0 <= o[1] <= o[2] for o in self.failure_schedule),
-            "failure_schedule", f"a tuple of (node in [0, {self.num_nodes - 1}], first_step, end_step >= first_step) "
-            "integer triples", self.failure_schedule)
-        require(self.inbox_on_failure in INBOX_ON_FAILURE, "inbox_on_failure", f"one of {INBOX_ON_FAILURE}",
-                 self.inbox_on_failure)
-        require(self.data_model in exchanges.DATA_MODELS, "data_model", f"one of {exchanges.DATA_MODELS}",
-                self.data_model)
-        require(is_int(self.gossip_every) and self.gossip_every >= 0, "gossip_every",
-                 "an integer >= 0 (0: no gossip averaging)", self.gossip_every)
-        require(is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
-        require(is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
-        require(is_int(self.seed), "seed", "an integer", self.seed)
-        # the device count of backend "sharded" is checked when a network is built (check_devices), not here:
-        # building a config starts no JAX backend (a multi-host program builds its configs before
-        # jax.distributed.initialize)
-
-    def check_devices(self) -> None:
-        """Raises ValueError naming ``num_nodes`` when backend "sharded" cannot lay it over the devices."""
-        if self.backend == "sharded":
-            devices = jax.device_count()
-            require(self.num_nodes % devices == 0, "num_nodes",
-                     f"a multiple of the {devices} devices for backend 'sharded'", self.num_nodes)
+            and 0 <= o[0] < (num_nodes or o[0] + 1) and 0 <= o[1] <= o[2] for o in self.failure_schedule),
+            "failure_schedule", f"a tuple of (node in [0, {top}], first_step, end_step >= first_step) integer triples",
+            self.failure_schedule)
 
     @property
     def has_failures(self) -> bool:
         return self.failure_prob > 0 or bool(self.failure_schedule)
 
-    def replace(self, **changes) -> NetworkConfig:
-        """A copy with ``changes`` applied (and validated)."""
-        return dataclasses.replace(self, **changes)
+
+SHARING_FIELDS = tuple(f.name for f in dataclasses.fields(OutputSharingConfig))
+
+
+@named_fields
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig(OutputSharingConfig, kit.RunConfig):
+    """A network of communicating classifier nodes: the kit's :class:`jaxcomm.kit.RunConfig` (nodes, graph, batch,
+    optimiser, schedule, shards, backend, steps, seed) and output sharing's own :class:`OutputSharingConfig`
+    (p_b, p_c, content, inbox, failures, gossip), one flat value validated on construction; every field is
+    documented on the class it comes from. :attr:`run` and :attr:`sharing` give the two parts apart, and
+    :func:`as_network_config` makes one from a run config."""
+
+    def __post_init__(self):
+        kit.RunConfig.__post_init__(self)
+        OutputSharingConfig.__post_init__(self)
+        self.check_schedule(self.num_nodes)
+
+    @property
+    def run(self) -> kit.RunConfig:
+        """The kit's part: what every method reads."""
+        return kit.run_config(self)
+
+    @property
+    def sharing(self) -> OutputSharingConfig:
+        """Output sharing's own part."""
+        return OutputSharingConfig(**{name: getattr(self, name) for name in SHARING_FIELDS})
+
+
+def as_network_config(config: kit.RunConfig, **sharing) -> NetworkConfig:
+    """``config`` as a :class:`NetworkConfig` (its own fields kept), with ``sharing`` fields replaced; a run config
+    gets output sharing's defaults."""
+    if isinstance(config, NetworkConfig):
+        return config.replace(**sharing) if sharing else config
+    return NetworkConfig(**{name: getattr(config, name) for name in kit.RUN_FIELDS}, **sharing)
 
 
 class Settings(NamedTuple):
@@ -551,16 +500,6 @@ def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState],
     return mix
 
 
-def graph_of(config: NetworkConfig, graph: np.ndarray | jax.Array | topology.GraphFn | None = None
-             ) -> tuple[topology.GraphFn, bool]:
-    """``(graph_fn(key, step) -> bool [N, N], dynamic)`` of ``graph`` (see :func:`make_network`), or of the
-    config's named topology when ``graph`` is None; validated before anything compiles."""
-    if graph is None:
-        return topology.named(config.topology, config.num_nodes, num_neighbours=config.num_neighbours,
-                              redraw_every=config.redraw_every)
-    return topology.as_graph_fn(graph, config.num_nodes)
-
-
 def make_network(
     config: NetworkConfig,
     model: nn.Module | NodeProgram,
@@ -786,12 +725,61 @@ def bytes_record(network: Network, state: NetworkState, steps_done: int, *, data
                          steps=steps_done, data_model=data_model)
 
 
+# --------------------------------------------------------------------------- the network's runs in a sweep
+
+# Fields runs may vary: data of the one compiled step (see the module docstring).
+PER_RUN = ("seed", "partition", "dirichlet_alpha", *Settings._fields)
+# Graph fields, which may vary only while every run's graph is static (its adjacency then lives in the state).
+GRAPH_FIELDS = ("topology", "num_neighbours", "redraw_every")
+
+Graph = np.ndarray | jax.Array | topology.GraphFn | None
+
+
+def check_structure(configs: Sequence[NetworkConfig], graphs: Sequence[Graph] | None = None) -> None:
+    """Raises ValueError naming the first field on which the runs' structures disagree.
+
+    Args:
+      configs: the R runs.
+      graphs: each run's graph argument (None: its config's named topology).
+    """
+    if not configs:
+        raise ValueError("a sweep needs at least one network configuration")
+    for r, config in enumerate(configs):
+        if not isinstance(config, NetworkConfig):
+            raise TypeError(f"configs[{r}] must be a jaxcomm.NetworkConfig, got {type(config).__name__}")
+    graphs = list(graphs) if graphs is not None else [None] * len(configs)
+    dynamic = [graph_of(c, g)[1] for c, g in zip(configs, graphs, strict=True)]
+    free = set(PER_RUN) | (set(GRAPH_FIELDS) if not any(dynamic) else set())
+    first = configs[0]
+    for r, config in enumerate(configs[1:], start=1):
+        for field in dataclasses.fields(NetworkConfig):
+            a, b = getattr(first, field.name), getattr(config, field.name)
+            if field.name not in free and a != b:
+                raise ValueError(f"runs of a sweep must share {field.name} (structure of the one compiled step): "
+                                 f"run 0 has {a!r}, run {r} has {b!r}")
+        if config.has_failures != first.has_failures:
+            raise ValueError(f"runs of a sweep must all have failures or none (failure_prob > 0 or a "
+                             f"failure_schedule draws a separate key stream): run 0 has failure_prob="
+                             f"{first.failure_prob!r}, run {r} has failure_prob={config.failure_prob!r}")
+        if any(dynamic) and graphs[r] is not graphs[0]:
+            raise ValueError(f"runs of a sweep with a time-varying graph must share its function: graph of run {r} "
+                             "differs from run 0's")
+
+
+def initial_state(net: Network, config: NetworkConfig, graph: Graph) -> NetworkState:
+    """Run ``config``'s initial state, as its own :func:`make_network` would make it."""
+    state = net.init(jax.random.PRNGKey(config.seed))
+    graph_fn, _ = graph_of(config, graph)
+    return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
+
+
+
 def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, name: str | None = None):
     """Algorithm 2 as a method (:class:`jaxcomm.methods.Method`): nodes broadcast minibatches with what
     ``exchange`` says about them (None: the config's named content; :func:`jaxcomm.exchange.none`: isolated
     nodes) over ``graph`` (None: the config's topology). Its sweep is :func:`jaxcomm.sweep.train_networks`'
-    (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs; :mod:`jaxcomm.network_sweep`)."""
-    from jaxcomm import methods, network_sweep  # they build on this module
+    (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs: :data:`PER_RUN`, :data:`GRAPH_FIELDS`).
+    A :class:`jaxcomm.kit.RunConfig` is taken with output sharing's defaults (:func:`as_network_config`)."""
 
     def build(config, model, *, image_shape, num_classes, cluster=None):
         return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=graph,
@@ -799,10 +787,11 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, na
 
     label = name or ("outputs" if exchange is None else exchange.name)
     return methods.Method(
-        label, build, family="outputs", per_run=network_sweep.PER_RUN + network_sweep.GRAPH_FIELDS,
+        label, build, family="outputs", per_run=PER_RUN + GRAPH_FIELDS,
         system=lambda net, dataset, eval_split: system(net, split_evaluator(dataset, eval_split)),
-        initial=lambda net, config: network_sweep.initial_state(net, config, graph),
-        check=lambda configs: network_sweep.check_structure(configs, [graph] * len(configs)))
+        initial=lambda net, config: initial_state(net, config, graph),
+        check=lambda configs: check_structure(configs, [graph] * len(configs)), configure=as_network_config,
+        settings=settings)
 
 
 def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = None):
@@ -810,8 +799,8 @@ def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = 
     their parameters and BatchNorm statistics with their in-neighbours every ``every`` steps
     (``NetworkConfig.gossip_every``); the ledger books one copy of a node's model per live edge and round."""
     method = output_sharing(exchanges.none(), name=name or f"gossip_{every}")
-    return method._replace(family="gossip", configure=lambda c: c.replace(content="none", topology="ring",
-                                                          num_neighbours=num_neighbours, gossip_every=every))
+    return method._replace(family="gossip", configure=lambda c: as_network_config(c, content="none").replace(
+        topology="ring", num_neighbours=num_neighbours, gossip_every=every))
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:
@@ -849,6 +838,7 @@ def divergence_of(network: Network, divergence: float | None | ProgramDefault) -
     return network.divergence if isinstance(divergence, ProgramDefault) else divergence
 
 
+@driver.interruptible
 def train_network(
     config: NetworkConfig,
     model: nn.Module | NodeProgram,

@@ -1,8 +1,10 @@
 """The chapter-2 network's sweep: :func:`train_networks` on the core of :mod:`jaxcomm.sweep`.
 
-Runs may differ in :data:`PER_RUN` fields (data of the one compiled step) and, while every run's graph
-is static, in :data:`GRAPH_FIELDS`; :func:`check_structure` refuses any other difference, naming the
-field. Reached as ``jaxcomm.sweep.train_networks`` (see that module's docstring).
+Runs may differ in :data:`jaxcomm.network.PER_RUN` fields (data of the one compiled step) and, while every run's
+graph is static, in :data:`jaxcomm.network.GRAPH_FIELDS`; :func:`jaxcomm.network.check_structure` refuses any other
+difference, naming the field. :func:`jaxcomm.methods.sweep` of :func:`jaxcomm.network.output_sharing` is the same
+sweep through the door every method uses; this function keeps the network's own arguments (a
+:class:`jaxcomm.network.NodeProgram`, an evaluator, a graph per run).
 """
 
 from __future__ import annotations
@@ -12,55 +14,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
-import numpy as np
 
-from jaxcomm import checkpoint, classifier, driver, network, topology
+from jaxcomm import checkpoint, classifier, driver, network
 from jaxcomm import exchange as exchanges
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
-from jaxcomm.network import NetworkConfig, NodeProgram
+from jaxcomm.network import GRAPH_FIELDS, PER_RUN, Graph, NetworkConfig, NodeProgram, check_structure, initial_state
 from jaxcomm.sweep import choose_mode, train_runs
 
-# Fields runs may vary: data of the one compiled step (see the module docstring).
-PER_RUN = ("seed", "partition", "dirichlet_alpha", *network.Settings._fields)
-# Graph fields, which may vary only while every run's graph is static (its adjacency then lives in the state).
-GRAPH_FIELDS = ("topology", "num_neighbours", "redraw_every")
-
-Graph = np.ndarray | jax.Array | topology.GraphFn | None
-
-
-def check_structure(configs: Sequence[NetworkConfig], graphs: Sequence[Graph] | None = None) -> None:
-    """Raises ValueError naming the first field on which the runs' structures disagree.
-
-    Args:
-      configs: the R runs.
-      graphs: each run's graph argument (None: its config's named topology).
-    """
-    if not configs:
-        raise ValueError("a sweep needs at least one network configuration")
-    for r, config in enumerate(configs):
-        if not isinstance(config, NetworkConfig):
-            raise TypeError(f"configs[{r}] must be a jaxcomm.network.NetworkConfig, got {type(config).__name__}")
-    graphs = list(graphs) if graphs is not None else [None] * len(configs)
-    dynamic = [network.graph_of(c, g)[1] for c, g in zip(configs, graphs, strict=True)]
-    free = set(PER_RUN) | (set(GRAPH_FIELDS) if not any(dynamic) else set())
-    first = configs[0]
-    for r, config in enumerate(configs[1:], start=1):
-        for field in dataclasses.fields(NetworkConfig):
-            a, b = getattr(first, field.name), getattr(config, field.name)
-            if field.name not in free and a != b:
-                raise ValueError(f"runs of a sweep must share {field.name} (structure of the one compiled step): "
-                                 f"run 0 has {a!r}, run {r} has {b!r}")
-        if config.has_failures != first.has_failures:
-            raise ValueError(f"runs of a sweep must all have failures or none (failure_prob > 0 or a "
-                             f"failure_schedule draws a separate key stream): run 0 has failure_prob="
-                             f"{first.failure_prob!r}, run {r} has failure_prob={config.failure_prob!r}")
-        if any(dynamic) and graphs[r] is not graphs[0]:
-            raise ValueError(f"runs of a sweep with a time-varying graph must share its function: graph of run {r} "
-                             "differs from run 0's")
-
+__all__ = ["GRAPH_FIELDS", "PER_RUN", "Graph", "check_structure", "initial_state", "train_networks"]
 
 def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
     if isinstance(graph, (list, tuple)):
@@ -70,13 +32,7 @@ def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
     return [graph] * num_runs
 
 
-def initial_state(net: network.Network, config: NetworkConfig, graph: Graph) -> network.NetworkState:
-    """Run ``config``'s initial state, as its own :func:`jaxcomm.network.make_network` would make it."""
-    state = net.init(jax.random.PRNGKey(config.seed))
-    graph_fn, _ = network.graph_of(config, graph)
-    return state._replace(adj=jnp.asarray(graph_fn(state.graph_key, jnp.zeros((), jnp.int32)), bool))
-
-
+@driver.interruptible
 def train_networks(
     configs: Sequence[NetworkConfig],
     model: nn.Module | NodeProgram,

@@ -333,7 +333,7 @@ def summarize_seeds(summaries: Sequence[Mapping[str, Any]], seeds: Sequence[int]
 
 def train_seeds(net: network.NetworkConfig, model: nn.Module, dataset: data.ImageDataset, *, name: str,
                 seeds: Sequence[int], checkpoints: Any = None, progress: bool = True, cluster: Any = None) -> dict:
-    """A chapter-2 network trained with every seed as one sweep (:func:`jaxcomm.sweep.train_networks`), on test
+    """A chapter-2 network trained with every seed as one sweep (:func:`jaxcomm.network_sweep.train_networks`), on test
     and validation where the dataset holds one, summarised per seed (:func:`summarize`) and over seeds
     (:func:`summarize_seeds`).
 
@@ -347,12 +347,13 @@ def train_seeds(net: network.NetworkConfig, model: nn.Module, dataset: data.Imag
       ``summary`` (:func:`summarize_seeds`), ``curves`` (per seed: steps, accuracies of every collective
       weighting, loss, wall seconds at each evaluation), ``histories``.
     """
-    from jaxcomm import decision, sweep  # noqa: PLC0415  (the sweep imports orbax's checkpointing: slow)
+    from jaxcomm import decision, network_sweep  # noqa: PLC0415  (the sweep imports orbax's checkpointing: slow)
 
     eval_split = ("test", "validation") if len(dataset.validation.labels) else "test"
-    outs = sweep.train_networks([net.replace(seed=seed) for seed in seeds], model, dataset, eval_split=eval_split,
-                                progress=progress, desc=name, cluster=cluster,
-                                checkpointer=checkpoints.run(name) if checkpoints else None)
+    outs = network_sweep.train_networks([net.replace(seed=seed) for seed in seeds], model, dataset,
+                                        eval_split=eval_split,
+                                        progress=progress, desc=name, cluster=cluster,
+                                        checkpointer=checkpoints.run(name) if checkpoints else None)
     num_params = bandwidth.model_num_params(model, dataset.train.images.shape[1:])
     summary = summarize_seeds([summarize(out, num_params=num_params) for out in outs], seeds)
     curves = [{"run": name, "seed": seed, "nodes": net.num_nodes, "content": net.content,

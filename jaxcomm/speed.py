@@ -32,7 +32,9 @@ every candidate (backend, step loop) pair for a few steps of the lifted node ste
 (:func:`cache_file`, per Python environment, outside the installed package), within a budget of seconds
 (:func:`measured_choice`): the benchmark's table, ``jaxcomm/assets/backends.json`` (written by
 ``experiments/benchmark.py --write-choices``, per family and N), orders the candidates and rules out untimed
-those it ran far slower than a pair timed here. ``JAXCOMM_AUTOTUNE=0`` asks it not to measure: then the table's
+those it ran far slower than a pair timed here. The choice then settles: later runs keep it, timing only pairs
+the budget left for later, unless another pair runs :data:`SWITCH_MARGIN` faster in two timings; the cache
+records each such challenge. ``JAXCOMM_AUTOTUNE=0`` asks it not to measure: then the table's
 ranking decides, or the rule of thumb. A model's family is read from what its step computes
 (:func:`family_of`): "conv" (any convolution), "wide_mlp" (a dense layer of >= 512
 outputs) or "mlp".
@@ -337,6 +339,13 @@ SHIPPED_SLOWER = 2.0
 CNN's grouped convolutions, 5x slower than the per-node loop in the table, took 27 s to rule out by timing)."""
 MIN_BUDGET_S = 15.0
 """Seconds a cold choice may spend timing, or a tenth of the run's planned training, whichever is more."""
+SWITCH_MARGIN = 0.10
+"""A kept choice gives way only to a pair that takes at least this fraction less time a step, in two timings
+(:func:`clearly_faster`, :func:`_settle`). One pair's timings vary by more than a few per cent between runs: three
+cold choices of one CNN went unrolled, loop, unrolled, and second runs, timing the pairs the first left for later,
+switched on a single timing."""
+HISTORY_LENGTH = 8
+"""Challenges to a kept choice that its cache entry keeps, the newest (``history``: timings, margin, date)."""
 
 
 def predicted_cost(pair: tuple[str, str], spent: Mapping[tuple[str, str], float], num_nodes: int,
@@ -368,7 +377,7 @@ def _name(pair: tuple[str, str]) -> str:
 def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, order: Sequence[tuple[str, str]] = (),
                     shipped: Sequence[Mapping[tuple[str, str], float]] = (), planned_steps: int = 0,
                     report: Callable[[str], None] | None = None) -> tuple[str, str] | None:
-    """The fastest of ``candidates`` for ``timer``'s model, N and device (None if none can run).
+    """The measured choice among ``candidates`` for ``timer``'s model, N and device (None if none can run).
 
     Every pair is timed once per model, N and device and its seconds per step cached (a pair that fails is
     remembered as failed, one ruled out as such): a later choice times only the pairs not yet measured. Pairs
@@ -377,8 +386,13 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
     the best pair timed so far (:func:`shipped_estimate`), and the scan of a backend whose dispatched step was ruled
     out. Timed no further: a pair whose first timed call is :data:`SLOWER` times the best so far. No pair starts
     that would end past :data:`MIN_BUDGET_S` or a tenth of ``planned_steps`` at the best speed, whichever is more,
-    by its :func:`predicted_cost` (the pairs left are timed by a later choice, or one planned longer). ``report``
-    gets one line: what was picked and how long choosing took.
+    by its :func:`predicted_cost` (the pairs left are timed by a later choice, or one planned longer).
+
+    A choice settles: the first, from a cache without a timing of any candidate, is the fastest pair timed, and the
+    cache keeps it as the choice among these candidates (a fixed half narrows them). Later choices keep it unless
+    another pair is :data:`SWITCH_MARGIN` faster in two timings (:func:`_settle`), and the entry's ``history``
+    records each such challenge (the :data:`HISTORY_LENGTH` newest). ``report`` gets one line: what was picked and
+    how long choosing took.
     """
     start = time.perf_counter()
     entry = _read_cache().get(timer.key, {})
@@ -386,13 +400,47 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
     failed, ruled_out = ({_pair(k) for k in entry.get(field, [])} for field in ("failed", "ruled_out"))
     # wall seconds timing each pair took (compiling it, mostly), kept so a later choice predicts from them too
     spent = {_pair(k): v for k, v in entry.get("timing_seconds", {}).items()}
+    among = ",".join(sorted(_name(p) for p in candidates))  # the key of the choice kept among these candidates
+    earlier = {p: seconds[p] for p in candidates if p in seconds}  # timed by earlier choices
+    kept = entry.get("chosen", {}).get(among)  # none in a cache written before choices were kept: the fastest then
+    incumbent = _pair(kept) if kept and _pair(kept) in earlier else min(earlier, key=earlier.get, default=None)
     missing = []
     for pair in [*order, *candidates]:
         # a backend's dispatched step sizes its scan (step_timer): it is timed first
         for p in ((pair[0], "dispatch"), pair) if pair[1] == "scan" else (pair,):
             if p in candidates and p not in seconds and p not in failed | ruled_out and p not in missing:
                 missing.append(p)
-    timed, left, untimed = 0, [], set()  # untimed: ruled out here without timing
+    timed, left, untimed = _time_missing(timer, candidates, missing, seconds, failed, ruled_out, spent,
+                                         shipped=shipped, planned_steps=planned_steps, start=start)
+    chosen, challenge = _settle(timer, incumbent, {pair: seconds[pair] for pair in candidates if pair in seconds},
+                                seconds)
+    if missing != left or challenge is not None:
+        history = [*entry.get("history", []), *([{"among": among, **challenge}] if challenge else [])]
+        _write_cache(timer.key, {"seconds_per_step": {_name(p): t for p, t in seconds.items()},
+                                 "failed": [_name(p) for p in sorted(failed)],
+                                 "ruled_out": [_name(p) for p in sorted(ruled_out)],
+                                 "timing_seconds": {_name(p): round(t, 3) for p, t in spent.items()},
+                                 "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                 "chosen": entry.get("chosen", {}) | ({among: _name(chosen)} if chosen else {}),
+                                 "history": history[-HISTORY_LENGTH:]})
+    if report is not None and (missing or challenge):
+        report(f"{_name(chosen) if chosen else 'no pair ran'} ({timed} of {len(missing)} pairs timed, "
+               f"{len(ruled_out & set(missing))} ruled out ({len(untimed)} untimed), {len(left)} left for later"
+               f"{_challenge_line(challenge)}, chosen in {time.perf_counter() - start:.1f} s)")
+    return chosen
+
+
+def _time_missing(timer: Timer, candidates: Sequence[tuple[str, str]], missing: Sequence[tuple[str, str]],
+                  seconds: dict, failed: set, ruled_out: set, spent: dict, *,
+                  shipped: Sequence[Mapping[tuple[str, str], float]], planned_steps: int,
+                  start: float) -> tuple[int, list, set]:
+    """Times the ``missing`` pairs in turn within :func:`measured_choice`'s budget (counted from ``start``), filling
+    in ``seconds``, ``failed``, ``ruled_out`` and ``spent``.
+
+    Returns:
+      How many pairs were timed, the pairs left for later, and those ruled out untimed.
+    """
+    timed, left, untimed = 0, [], set()
     for pair in missing:
         timed_here = {p: seconds[p] for p in candidates if p in seconds}
         best = min(timed_here.values(), default=np.inf)
@@ -420,19 +468,58 @@ def measured_choice(timer: Timer, candidates: Sequence[tuple[str, str]], *, orde
         except Exception:  # noqa: BLE001  (a backend this model or device cannot run is no candidate)
             failed.add(pair)
         spent[pair] = time.perf_counter() - began
-    if missing != left:
-        _write_cache(timer.key, {"seconds_per_step": {_name(p): t for p, t in seconds.items()},
-                                 "failed": [_name(p) for p in sorted(failed)],
-                                 "ruled_out": [_name(p) for p in sorted(ruled_out)],
-                                 "timing_seconds": {_name(p): round(t, 3) for p, t in spent.items()},
-                                 "measured": time.strftime("%Y-%m-%d %H:%M:%S")})
-    usable = {pair: seconds[pair] for pair in candidates if pair in seconds}
-    chosen = min(usable, key=usable.get) if usable else None
-    if report is not None and missing:
-        report(f"{_name(chosen) if chosen else 'no pair ran'} ({timed} of {len(missing)} pairs timed, "
-               f"{len(ruled_out & set(missing))} ruled out ({len(untimed)} untimed), {len(left)} left for later, "
-               f"chosen in {time.perf_counter() - start:.1f} s)")
-    return chosen
+    return timed, left, untimed
+
+
+def clearly_faster(seconds: float, than: float) -> bool:
+    """Whether a pair taking ``seconds`` a step is :data:`SWITCH_MARGIN` faster than one taking ``than``: at least
+    that fraction less time a step (a pair that failed takes ``inf``)."""
+    return bool(np.isfinite(seconds) and seconds <= (1.0 - SWITCH_MARGIN) * than)
+
+
+def _settle(timer: Timer, incumbent: tuple[str, str] | None, usable: Mapping[tuple[str, str], float],
+            seconds: dict) -> tuple[tuple[str, str] | None, dict | None]:
+    """The choice among the ``usable`` pairs (their seconds a step), given the one the cache kept (``incumbent``).
+
+    Without one (a cold choice), the fastest. Otherwise the incumbent, unless the fastest other pair (the one
+    challenger) is :func:`clearly_faster` in its timing so far (this choice's or an earlier one's) against the
+    incumbent's cached timing, and again when both are timed once more, here, one after the other. Nothing is timed
+    again without such a challenger. The second timings replace the first in ``seconds`` (a pair whose second
+    timing fails counts as infinitely slow and keeps its first).
+
+    Returns:
+      The choice, and the record of the challenge (None if none): both pairs' two timings, the margin, the date and
+      whether the challenger replaced the incumbent.
+    """
+    if incumbent is None:
+        return min(usable, key=usable.get, default=None), None
+    challenger = min((p for p in usable if p != incumbent), key=usable.get, default=None)
+    if challenger is None or not clearly_faster(usable[challenger], usable[incumbent]):
+        return incumbent, None
+    again = {}
+    for pair in (incumbent, challenger):
+        try:
+            again[pair] = timer.seconds_per_step(*pair)
+        except Exception:  # noqa: BLE001  (as when first timed: a pair that cannot run is no choice)
+            again[pair] = np.inf
+    seconds.update({pair: t for pair, t in again.items() if np.isfinite(t)})
+    replaced = clearly_faster(again[challenger], again[incumbent])
+    return (challenger if replaced else incumbent), {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "choice": _name(incumbent), "challenger": _name(challenger),
+        "outcome": "replaced" if replaced else "kept", "margin": SWITCH_MARGIN,
+        "seconds_per_step": {_name(p): [usable[p], again[p] if np.isfinite(again[p]) else None]
+                             for p in (incumbent, challenger)}}
+
+
+def _challenge_line(challenge: dict | None) -> str:
+    """The report's words on a challenge to the kept choice ("" if none)."""
+    if challenge is None:
+        return ""
+    timings = {p: ", ".join("failed" if t is None else f"{t:.3g}" for t in ts)
+               for p, ts in challenge["seconds_per_step"].items()}
+    return (f"; {challenge['challenger']} ({timings[challenge['challenger']]} s a step) "
+            f"{'replaced' if challenge['outcome'] == 'replaced' else 'did not replace'} {challenge['choice']} "
+            f"({timings[challenge['choice']]} s)")
 
 
 def candidates(num_nodes: int, *, backend: str = AUTO, step_loop: str = AUTO, devices: int | None = None,
@@ -476,9 +563,9 @@ def choose(
     """The fastest (backend, step loop): measured here for ``timer``'s model, else the nearest benchmark row's.
 
     With a ``timer``, autotuning on (:func:`autotune_enabled`) and a half of the pair left to "auto", the
-    :func:`candidates` are timed once per model, N and device and the fastest is cached
-    (:func:`measured_choice`). Otherwise the measured benchmark row nearest in log N and log batch size
-    decides; its ranking
+    :func:`candidates` are timed once per model, N and device and the fastest is cached and kept unless another
+    pair proves :data:`SWITCH_MARGIN` faster twice (:func:`measured_choice`). Otherwise the measured benchmark
+    row nearest in log N and log batch size decides; its ranking
     is read from the fastest down, skipping pairs that contradict a choice the
     caller fixed (``backend`` or ``step_loop`` other than "auto"), "loop" other than "eager" and the reverse,
     "unrolled" above :data:`UNROLL_LIMIT` nodes, and "sharded" inside a scan

@@ -2,12 +2,11 @@
 
 This module is the core (:func:`train_runs`, :func:`stack_runs`, :func:`population_step`,
 :func:`choose_mode`): it takes any :class:`jaxcomm.driver.System` and R initial states and data of one
-structure, and imports no system. :func:`jaxcomm.methods.sweep` sweeps any method on it;
-:func:`train_networks`, :func:`check_structure`, :data:`PER_RUN` and :data:`GRAPH_FIELDS` are the chapter-2
-network's adapter (:mod:`jaxcomm.network_sweep`), reachable here under their public names.
+structure, and imports no system and re-exports none. :func:`jaxcomm.methods.sweep` sweeps any method on it;
+:func:`jaxcomm.network_sweep.train_networks` is the chapter-2 network's own entry point.
 
 A table's rows times its seeds are runs of the same shape: same number of nodes,
-model, exchange, batch size, inbox and schedule. :func:`train_networks` trains
+model, exchange, batch size, inbox and schedule. A sweep trains
 them with ONE compiled step. What may differ from run to run is data to that
 step: the seed (shards, initialisation, every draw), the :class:`jaxcomm.network.Settings`
 (p_c, p_b, q, D, tau, consumed weight, learning rate), the partition and a
@@ -55,17 +54,6 @@ from jaxcomm.checkpoint import Checkpointer
 
 MODES = ("auto", "population", "sequential")
 SEQUENTIAL_BACKENDS = ("unrolled", "loop")
-_ADAPTER = ("train_networks", "check_structure", "PER_RUN", "GRAPH_FIELDS", "Graph")
-
-
-def __getattr__(name: str):
-    """The network's adapter under its public names (``jaxcomm.sweep.train_networks``), imported when first asked
-    for, so the core imports no system."""
-    if name in _ADAPTER:
-        from jaxcomm import network_sweep  # noqa: PLC0415
-
-        return getattr(network_sweep, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def choose_mode(backend: str, mode: str = "auto", step_loop: str = "scan", family: str | None = None) -> str:
@@ -138,6 +126,7 @@ def population_step(step: Callable, axes) -> Callable:
     return jax.vmap(step, in_axes=(0, axes), axis_name=population.RUNS_AXIS)
 
 
+@driver.interruptible
 def train_runs(systems: Sequence[driver.System], states: Sequence, datas: Sequence, seeds: Sequence[int], *,
                mode: str, num_steps: int, eval_every: int, nodes_per_run: int, progress: bool = True,
                desc: str | None = None, checkpointer: Checkpointer | None = None,

@@ -378,6 +378,7 @@ def teacher_system(config: SelectionConfig, dataset: ImageDataset) -> driver.Sys
     return driver.System(init, step, evaluate, postfix=lambda record: {"val": f"{record['val_accuracy'][0]:.2f}"})
 
 
+@driver.interruptible
 def train_teacher(config: SelectionConfig, dataset: ImageDataset, *, progress: bool = True) -> tuple[Any, dict]:
     """Trains (or loads from the cache) the teacher, early-stopped on validation accuracy.
 
@@ -661,6 +662,7 @@ def _students_parts(config: SelectionConfig, students: Sequence[Student], datase
     return system, accuracy
 
 
+@driver.interruptible
 def train_students(
     config: SelectionConfig,
     students: Sequence[Student],

@@ -221,7 +221,8 @@ def test_the_fronts_under_each_data_model():
     ("diloco:50", "local_sgd", {"sync_every": 50}), ("local_sgd:10", "local_sgd", {"sync_every": 10}),
     ("codistill:100", "codistillation", {"refresh_every": 100}), ("powersgd:4", "compressed", {"summed": True}),
     ("top_k:0.01", "compressed", {"dense": False, "summed": False}), ("sync", "sync", {"dense": True}),
-    ("sparta:0.005", "sparse_averaging", {"fraction": 0.005}),
+    # 0.005 of the MLP's 556 parameters (3 float32 values) along each of the ring's 4 edges, every step
+    ("sparta:0.005", "sparse_averaging", {"traffic": (ledger.Round("neighbours", 12.0, edges=4),)}),
 ])
 def test_method_specs_make_method_values(spec, family, attributes):
     method = zoo.parse(spec)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import chapter2_recipe as c2r
-from jaxcomm import driver, network, recipes, sweep
+from jaxcomm import driver, network, network_sweep, recipes
 from jaxcomm.harness.reports.chapter2_recipe import format_value, table_markdown
 
 SMOKE = ["learning_rate=0.001 num_steps=10", "learning_rate=0.001 num_steps=20", "learning_rate=0.003 num_steps=10",
@@ -210,7 +210,7 @@ def test_a_diverging_candidate_is_recorded_as_stopped_and_left_out(smoke, monkey
     def diverging(*args, **kwargs):
         raise driver.Diverged(7, 0, 1e9, bound=100.0, good_step=5, saved=None)
 
-    monkeypatch.setattr(sweep, "train_networks", diverging)
+    monkeypatch.setattr(network_sweep, "train_networks", diverging)
     config = c2r.smoke_config()
     candidate = config.candidates()[0]
     row, curves = c2r.train_candidate(config, candidate, types.SimpleNamespace(num_classes=10), checkpoints=None,
@@ -279,7 +279,7 @@ def test_resume_trains_only_the_unfinished_candidate(smoke, tmp_path, monkeypatc
     out = tmp_path / "run"
     args = ["--preset", "smoke", "--out", str(out), "grid=learning_rate=1e-3,num_steps=10,20"]
     monkeypatch.setenv("JAXCOMM_NO_REPORT", "1")
-    train = sweep.train_networks
+    train = network_sweep.train_networks
 
     def interrupted_at_the_second(configs, *args, **kwargs):
         if kwargs["desc"] == SMOKE[1]:
@@ -287,7 +287,7 @@ def test_resume_trains_only_the_unfinished_candidate(smoke, tmp_path, monkeypatc
         return train(configs, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(sweep, "train_networks", interrupted_at_the_second)
+        patch.setattr(network_sweep, "train_networks", interrupted_at_the_second)
         assert c2r.cli(args) == 130
     calls = record_training()
     assert c2r.cli([*args, "--resume"]) == 0

@@ -46,7 +46,7 @@ def test_peers_are_stale_between_refreshes_and_distillation_pulls(tiny_dataset):
     assert not bool(info.refreshed)
     after_three, info = steps(make(1.0), tiny_dataset, 3)
     assert bool(info.refreshed)
-    for stale, nodes in zip(jax.tree.leaves(state.stale[0]), jax.tree.leaves(after_three.nodes.params), strict=True):
+    for stale, nodes in zip(jax.tree.leaves(state.extra[0]), jax.tree.leaves(after_three.nodes.params), strict=True):
         np.testing.assert_array_equal(stale, nodes)
     alone, _ = steps(make(0.0), tiny_dataset, 4)
     assert not np.allclose(jax.tree.leaves(state.nodes.params)[0], jax.tree.leaves(alone.nodes.params)[0])

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import curves, driver, network, sweep
+from jaxcomm import curves, driver, network, network_sweep
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.harness import cli
 from jaxcomm.models import MLP
@@ -119,7 +119,7 @@ def test_a_network_and_a_population_sweep_write_each_run_as_its_history(tmp_path
     assert list(events_of(root)) == ["alone"] and by_step(events_of(root)["alone"]) == as_events(alone["history"])
     runs = [config.replace(seed=s) for s in (0, 1)]
     with curves.tensorboard(tmp_path / "sweep") as root:
-        outs = sweep.train_networks(runs, model, tiny_dataset, mode="population", progress=False, desc="sw")
+        outs = network_sweep.train_networks(runs, model, tiny_dataset, mode="population", progress=False, desc="sw")
     written = events_of(root)
     assert set(written) == {"sw/run_0", "sw/run_1"}
     for r, out in enumerate(outs):

@@ -34,10 +34,10 @@ def test_one_inner_sgd_step_then_averaging_is_synchronous_sgd(tiny_dataset):
     _, local, local_info = run(lambda *a, **k: local_sgd.make_local_sgd(
         *a, **k, sync_every=1, outer=local_sgd.local_sgd_outer(), inner=sgd), tiny_dataset, 7)
     np.testing.assert_array_equal(local_info.indices, sync_info.indices)  # the same minibatches
-    for got, want in zip(jax.tree.leaves(local.global_model.params), jax.tree.leaves(sync.nodes.params), strict=True):
+    for got, want in zip(jax.tree.leaves(local.extra.params), jax.tree.leaves(sync.nodes.params), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # after a round every node restarts from the global model
-    for nodes, glob in zip(jax.tree.leaves(local.nodes.params), jax.tree.leaves(local.global_model.params),
+    for nodes, glob in zip(jax.tree.leaves(local.nodes.params), jax.tree.leaves(local.extra.params),
                            strict=True):
         np.testing.assert_array_equal(nodes, np.broadcast_to(glob, nodes.shape))
 
@@ -50,8 +50,8 @@ def test_between_rounds_nodes_drift_and_the_global_model_waits(tiny_dataset):
     assert not np.allclose(params[0], params[1])  # nodes drifted apart on their own shards
     _, after_round, info = run(make, tiny_dataset, 3)
     assert bool(info.synced)
-    np.testing.assert_array_equal(jax.tree.leaves(after_round.global_model.params)[0],
-                                  jax.tree.leaves(state.global_model.params)[0])  # untouched by step 4
+    np.testing.assert_array_equal(jax.tree.leaves(after_round.extra.params)[0],
+                                  jax.tree.leaves(state.extra.params)[0])  # untouched by step 4
     # bytes: one all-reduce of the parameters every H steps
     assert system.bytes_per_node_step() == pytest.approx(bandwidth.allreduce_bytes(4, system.num_params) / 3)
     with pytest.raises(ValueError, match="sync_every must be an integer >= 1"):

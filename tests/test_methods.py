@@ -73,7 +73,8 @@ def test_a_message_booked_by_kind_adds_up_to_its_size():
     assert one == ledger.Booking(inputs=320.0, payload=5.0, indices=8.0)
     record = ledger.record(ledger.messages(10, one), num_nodes=4, steps=5)
     assert record["total"] == 3330 and record["per_node_step"] == 3330 / 20
-    assert record["by_kind"] == {"inputs": 160.0, "payload": 2.5, "parameters": 0.0, "indices": 4.0}
+    assert record["by_kind"] == {"inputs": 160.0, "payload": 2.5, "parameters": 0.0, "indices": 4.0,
+                                 "coordinates": 0.0}
 
 
 P = 8 * 8 * 12 + 12 + 12 * 4 + 4  # the MLP's parameters on 8 x 8 images
@@ -200,3 +201,29 @@ def test_a_trained_run_loads_back_from_its_checkpoints_without_training(tiny_dat
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded["state"], trained["state"])
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         methods.load(method, config(), MODEL, tiny_dataset, str(tmp_path / "nothing"))
+
+
+def test_sparta_reads_the_runs_own_graph_from_its_graph_stream(tiny_dataset):
+    """Under a random topology two seeds get different graphs, each the network's of the same seed (issue 57)."""
+    graphs = {}
+    for seed in (0, 1):
+        cfg = config(topology="random", num_neighbours=2, seed=seed)
+        mine = methods.build(sparta.sparta(0.1), cfg, MODEL, tiny_dataset).init(jax.random.PRNGKey(seed))
+        net = methods.build(network.output_sharing(), cfg, MODEL, tiny_dataset).init(jax.random.PRNGKey(seed))
+        np.testing.assert_array_equal(mine.graph, net.adj)
+        graphs[seed] = np.asarray(mine.graph)
+    assert not np.array_equal(graphs[0], graphs[1]) and graphs[0].sum(1).tolist() == [2] * 4
+
+
+def test_a_run_config_alone_trains_every_method(tiny_dataset):
+    """The kit's RunConfig is what a method reads; output sharing takes it with its own defaults."""
+    from jaxcomm import kit
+
+    run = kit.RunConfig(num_nodes=4, num_neighbours=1, batch_size=5, num_steps=3, eval_every=3, backend="vmap",
+                        step_loop="scan")
+    for method in (sparta.sparta(0.5), local_sgd.diloco(2), network.output_sharing(exchange.true_labels())):
+        out = methods.train(method, run, MODEL, tiny_dataset, progress=False)
+        assert out["steps_done"] == 3 and out["final"]["bytes"]["total"] > 0, method.name
+    assert network.NetworkConfig(**vars(run)).run == run
+    with pytest.raises(TypeError, match="consume_prob"):
+        kit.RunConfig(consume_prob=0.5)

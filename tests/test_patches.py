@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcomm import network, population, speed, sweep
+from jaxcomm import network, network_sweep, population, speed
 from jaxcomm.models import StridedCNN
 from jaxcomm.models.patches import conv_as_patches, patch_convs, supported
 
@@ -154,7 +154,7 @@ def test_patches_is_a_candidate_of_conv_models_only_and_never_runs_eagerly():
 
 def test_a_sweep_of_conv_nodes_under_patches_runs_as_one_population(tiny_dataset, trained):
     runs = [net_config(backend="patches", step_loop="dispatch", seed=s) for s in (0, 1)]
-    results = sweep.train_networks(runs, NET_CNN, tiny_dataset, progress=False, mode="population")
+    results = network_sweep.train_networks(runs, NET_CNN, tiny_dataset, progress=False, mode="population")
     assert [r["sweep"] for r in results] == [{"runs": 2, "mode": "population"}] * 2
     assert_same_run(results[0], trained["patches"])
     assert not np.allclose(results[1]["history"][-1]["loss"], results[0]["history"][-1]["loss"])  # another seed

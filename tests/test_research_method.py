@@ -46,3 +46,49 @@ def test_a_method_of_research_code_joins_the_frontier_with_its_bytes(tmp_path):
     assert mine["paired_diff_vs_isolated_ci95"] is not None  # paired with the built-ins on the same seeds
     assert mine["accuracy"] is not None and "confident_labels_shared" in fr.under(rows, "shared")
     assert summary["frontier"] == fr.pareto(fr.under(rows, "private"))  # compared with the built-ins
+
+
+# ---- a method of research code on the kit's node population: top-k gossip with error feedback (CHOCO-SGD) ----
+
+from jaxcomm import kit, ledger, methods, topology  # noqa: E402
+
+
+def choco_gossip(fraction: float, step_size: float = 0.5, num_neighbours: int = 1) -> methods.Method:
+    """Koloskova et al. (2019), CHOCO-SGD: each node keeps a public copy x_hat of every node's parameters, sends
+    only the top-k coordinates of x - x_hat (values and positions) and moves toward the mix of the copies."""
+
+    def build(config, model, *, image_shape, num_classes):
+        pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, static_graph=True)
+        k = max(1, round(fraction * pop.num_params))
+
+        def top_k(v):  # [P] -> [P]: the k largest coordinates by magnitude, the others 0
+            kept = jax.lax.top_k(jnp.abs(v), k)[1]
+            return jnp.zeros_like(v).at[kept].set(v[kept])
+
+        def step(state, data):
+            state, info = pop.local_step(state, data)
+            x = pop.flat_params(state)  # [N, P]
+            hat = state.extra + jax.vmap(top_k)(x - state.extra)  # what each node sent updates every copy of it
+            x = x + step_size * (topology.mixing_matrix(state.graph) @ hat - hat)
+            return pop.with_flat_params(state, x)._replace(extra=hat), info
+
+        sent = [ledger.Round("neighbours", 4.0 * k, edges=pop.edges, kind=kind) for kind in ("parameters",
+                                                                                         "coordinates")]
+        return pop.built(step, traffic=sent, extra=lambda nodes: jnp.zeros((config.num_nodes, pop.num_params)),
+                         stacked=True)
+
+    return methods.Method(f"choco_top{fraction:g}", build, family="gossip",
+                          configure=lambda c: c.replace(topology="ring", num_neighbours=num_neighbours))
+
+
+def test_a_method_on_the_node_population_joins_the_frontier_beside_gossip():
+    config = dataclasses.replace(fr.smoke_config(), methods=("outputs:none", "gossip:5"), num_seeds=3)
+    summary = fr.run(config, methods=[choco_gossip(0.1)], progress=False)
+    rows = summary["rows"]
+    mine, gossip = rows["choco_top0.1"], rows["gossip_5"]
+    assert mine["seeds"] == 3 and len({p["accuracy"] for p in mine["per_seed"]}) > 1
+    # every step, k float32 values and k int32 positions along each edge of the ring (one out-edge per node)
+    k = round(0.1 * mine["num_params"])
+    assert mine["bytes_by_kind"] == {"inputs": 0.0, "payload": 0.0, "parameters": 4.0 * k, "indices": 0.0,
+                                     "coordinates": 4.0 * k}
+    assert mine["paired_diff_vs_isolated_ci95"] is not None and gossip["seeds"] == 3

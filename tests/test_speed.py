@@ -305,6 +305,130 @@ def test_a_cold_choice_times_the_likely_best_first_rules_out_slow_pairs_and_stop
     assert [pair for pair, _ in calls] == [("unrolled", "dispatch")]
 
 
+def settling_choice(tmp_path, monkeypatch, timings):
+    """``choose(planned_steps)`` of one pair of the "map" backend for a fake model whose pairs take ``timings``
+    (pair: its successive timings, seconds a step), each timing 20 s on a fake clock: a run planned for no steps
+    (15 s of budget) times map/dispatch and leaves map/scan for later, one planned for 10,000 steps times it.
+    Returns the choice, the pairs timed and the report's lines."""
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(speed, "shipped_speeds", lambda *args, **kwargs: [])
+    monkeypatch.setattr(speed, "ranking", lambda *args, **kwargs: [])
+    clock, calls, lines = [0.0], [], []
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock[0])
+
+    def seconds(backend, step_loop, limit=np.inf):
+        calls.append((backend, step_loop))
+        clock[0] += 20.0
+        return timings[(backend, step_loop)].pop(0)
+
+    timer = speed.Timer("a model", seconds)
+    choose = lambda steps=0: speed.choose("mlp", 4, timer=timer, backend="map", planned_steps=steps,  # noqa: E731
+                                          report=lines.append)
+    return choose, calls, lines
+
+
+DISPATCH, SCAN = ("map", "dispatch"), ("map", "scan")
+AMONG = "map/dispatch,map/scan"
+
+
+def cached_entry(tmp_path):
+    return json.loads((tmp_path / "choices.json").read_text())["a model"]
+
+
+def test_a_kept_choice_survives_a_pair_5_percent_faster_without_timing_either_again(tmp_path, monkeypatch):
+    choose, calls, _ = settling_choice(tmp_path, monkeypatch, {DISPATCH: [1.0], SCAN: [0.95]})
+    assert choose() == DISPATCH and calls == [DISPATCH]  # map/scan left for later
+    assert cached_entry(tmp_path)["chosen"] == {AMONG: "map/dispatch"}
+    calls.clear()
+    assert choose(10_000) == DISPATCH and calls == [SCAN]  # timed at last: 5 % faster is not clearly faster
+    entry = cached_entry(tmp_path)
+    assert entry["seconds_per_step"] == {"map/dispatch": 1.0, "map/scan": 0.95}
+    assert entry["chosen"] == {AMONG: "map/dispatch"} and entry["history"] == []
+    calls.clear()
+    assert choose(10_000) == DISPATCH and calls == []  # settled: nothing timed again
+    assert speed.clearly_faster(0.9, 1.0) and not speed.clearly_faster(0.91, 1.0)
+    assert speed.clearly_faster(1.0, np.inf) and not speed.clearly_faster(np.inf, 1.0)
+
+
+def test_a_pair_20_percent_faster_once_but_not_twice_does_not_replace_the_kept_choice(tmp_path, monkeypatch):
+    choose, calls, lines = settling_choice(tmp_path, monkeypatch, {DISPATCH: [1.0, 1.0], SCAN: [0.8, 0.98]})
+    assert choose() == DISPATCH
+    calls.clear()
+    assert choose(10_000) == DISPATCH
+    assert calls == [SCAN, DISPATCH, SCAN]  # its first timing, then the kept choice and the challenger again
+    entry = cached_entry(tmp_path)
+    (record,) = entry["history"]
+    assert record["outcome"] == "kept" and record["choice"] == "map/dispatch" and record["challenger"] == "map/scan"
+    assert record["seconds_per_step"] == {"map/dispatch": [1.0, 1.0], "map/scan": [0.8, 0.98]}
+    assert record["margin"] == speed.SWITCH_MARGIN and record["among"] == AMONG and record["date"]
+    assert entry["seconds_per_step"] == {"map/dispatch": 1.0, "map/scan": 0.98}  # the second timings
+    assert entry["chosen"] == {AMONG: "map/dispatch"}
+    assert "map/scan (0.8, 0.98 s a step) did not replace map/dispatch (1, 1 s)" in lines[-1]
+    calls.clear()
+    assert choose(10_000) == DISPATCH and calls == []  # no longer clearly faster: not timed again
+
+
+def test_a_pair_20_percent_faster_in_two_timings_replaces_the_kept_choice_and_the_cache_says_why(tmp_path,
+                                                                                              monkeypatch):
+    choose, calls, lines = settling_choice(tmp_path, monkeypatch, {DISPATCH: [1.0, 1.0], SCAN: [0.8, 0.8]})
+    assert choose() == DISPATCH
+    cache = json.loads((tmp_path / "choices.json").read_text())
+    old = [{"outcome": "kept", "n": i} for i in range(speed.HISTORY_LENGTH)]  # a full history: the oldest goes
+    cache["a model"]["history"] = old
+    (tmp_path / "choices.json").write_text(json.dumps(cache))
+    calls.clear()
+    assert choose(10_000) == SCAN and calls == [SCAN, DISPATCH, SCAN]
+    entry = cached_entry(tmp_path)
+    assert entry["chosen"] == {AMONG: "map/scan"}
+    assert len(entry["history"]) == speed.HISTORY_LENGTH and entry["history"][:-1] == old[1:]
+    record = entry["history"][-1]
+    assert {k: record[k] for k in ("choice", "challenger", "outcome", "margin", "among")} == {
+        "choice": "map/dispatch", "challenger": "map/scan", "outcome": "replaced", "margin": 0.1, "among": AMONG}
+    assert record["seconds_per_step"] == {"map/dispatch": [1.0, 1.0], "map/scan": [0.8, 0.8]}
+    assert len(record["date"]) == len("2024-01-01 00:00:00")
+    assert "map/scan (0.8, 0.8 s a step) replaced map/dispatch (1, 1 s)" in lines[-1]
+    calls.clear()
+    assert choose(10_000) == SCAN and calls == []  # the new choice is kept in turn
+
+
+def test_a_cold_choice_is_still_the_fastest_pair_timed_however_close(tmp_path, monkeypatch):
+    choose, calls, lines = settling_choice(tmp_path, monkeypatch, {DISPATCH: [1.0], SCAN: [0.97]})
+    assert choose(10_000) == SCAN and calls == [DISPATCH, SCAN]  # both timed in one run: no margin, no re-timing
+    entry = cached_entry(tmp_path)
+    assert entry["chosen"] == {AMONG: "map/scan"} and entry["history"] == []
+    assert lines == ["map/scan (2 of 2 pairs timed, 0 ruled out (0 untimed), 0 left for later, chosen in 40.0 s)"]
+
+
+def test_a_pair_timed_under_a_fixed_half_challenges_the_choice_kept_among_more(tmp_path, monkeypatch):
+    """A choice is kept per set of candidates: a pair timed for a narrower set (a fixed half) weighs against the
+    fully automatic choice when that is next made, and must be clearly faster twice there too."""
+    monkeypatch.setenv(speed.AUTOTUNE_ENV, "1")
+    monkeypatch.setenv(speed.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(speed, "shipped_speeds", lambda *args, **kwargs: [])
+    pairs = speed.candidates(4, family="mlp")
+    timings = {pair: [1.0, 1.0] for pair in pairs}
+    cache = {"a model": {"seconds_per_step": {speed._name(p): 1.0 for p in pairs if p != SCAN},
+                         "chosen": {",".join(sorted(speed._name(p) for p in pairs)): "vmap/scan"}}}
+    (tmp_path / "choices.json").write_text(json.dumps(cache))  # map/scan never timed for the automatic choice
+    timings[SCAN] = [0.5, 0.5, 0.5]
+    calls = []
+
+    def seconds(backend, step_loop, limit=np.inf):
+        calls.append((backend, step_loop))
+        return timings[(backend, step_loop)].pop(0)
+
+    timer = speed.Timer("a model", seconds)
+    # among the "map" pairs, the fastest cached one (map/dispatch) is the kept choice: map/scan must beat it twice
+    assert speed.choose("mlp", 4, timer=timer, backend="map") == SCAN and calls == [SCAN, DISPATCH, SCAN]
+    calls.clear()
+    assert speed.choose("mlp", 4, timer=timer) == SCAN and calls == [("vmap", "scan"), SCAN]
+    entry = cached_entry(tmp_path)
+    assert [(r["among"], r["choice"], r["outcome"]) for r in entry["history"]] == [
+        (AMONG, "map/dispatch", "replaced"), (",".join(sorted(speed._name(p) for p in pairs)), "vmap/scan", "replaced")]
+    assert set(entry["chosen"].values()) == {"map/scan"} and len(entry["chosen"]) == 2
+
+
 def test_a_cold_choice_does_not_start_an_unrolled_population_it_cannot_afford(tmp_path, monkeypatch):
     """An unrolled program holds N copies of the step: predicted N times the first pair's cost, it is left for a
     later (or longer-planned) choice when that would overrun the budget, and timed when the budget allows."""

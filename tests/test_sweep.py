@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import checkpoint, driver, network, population, sweep, topology
+from jaxcomm import checkpoint, driver, network, network_sweep, population, sweep, topology
 from jaxcomm.models import MLP, StridedCNN
 
 MODEL = MLP(hidden=(16,), num_classes=4)
@@ -47,7 +47,7 @@ def alone(tiny_dataset):
 
 @pytest.mark.parametrize("mode", ["population", "sequential"])
 def test_a_sweep_equals_its_runs_alone(tiny_dataset, alone, mode):
-    results = sweep.train_networks(RUNS, MODEL, tiny_dataset, graph=GRAPHS, progress=False, mode=mode)
+    results = network_sweep.train_networks(RUNS, MODEL, tiny_dataset, graph=GRAPHS, progress=False, mode=mode)
     assert len(results) == 4
     for got, want in zip(results, alone, strict=True):
         assert got["sweep"] == {"runs": 4, "mode": mode}
@@ -65,9 +65,10 @@ def test_donated_runs_and_sweeps_equal_plain_ones_bit_for_bit(tiny_dataset):
     assert state.up is state.alive
     strip = lambda history: [{k: v for k, v in r.items() if k != "seconds"} for r in history]  # noqa: E731
     for donate in (True, None):  # None: the default, donated on every backend
-        plain = sweep.train_networks(RUNS[:2], MODEL, tiny_dataset, progress=False, mode="population", donate=False)
-        donated = sweep.train_networks(RUNS[:2], MODEL, tiny_dataset, progress=False, mode="population",
-                                       donate=donate)
+        plain = network_sweep.train_networks(RUNS[:2], MODEL, tiny_dataset, progress=False, mode="population",
+                                             donate=False)
+        donated = network_sweep.train_networks(RUNS[:2], MODEL, tiny_dataset, progress=False, mode="population",
+                                               donate=donate)
         for got, want in zip(donated, plain, strict=True):
             assert strip(got["history"]) == strip(want["history"])
             for x, y in zip(jax.tree_util.tree_leaves(got["state"]), jax.tree_util.tree_leaves(want["state"]),
@@ -82,7 +83,7 @@ def test_per_run_settings_reach_the_step_exactly(tiny_dataset):
     """Failure probability, soft-label temperature and consumed weight swept as data equal their runs alone."""
     runs = [config(seed=5, content="logits", temperature=t, consumed_weight=w, failure_prob=q, failure_steps=3.0)
             for t, w, q in [(1.0, 1.0, 0.1), (4.0, 0.5, 0.3)]]
-    results = sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode="population")
+    results = network_sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode="population")
     for got, c in zip(results, runs, strict=True):
         assert_same_run(got, network.train_network(c, MODEL, tiny_dataset, progress=False))
 
@@ -90,7 +91,7 @@ def test_per_run_settings_reach_the_step_exactly(tiny_dataset):
 def test_conv_nodes_sweep_run_by_run_on_cpu_and_equal_alone(tiny_dataset):
     cnn = StridedCNN(widths=(4,), num_classes=4)
     runs = [config(seed=s, backend="auto", step_loop="auto", num_steps=4, eval_every=2) for s in (0, 1)]
-    results = sweep.train_networks(runs, cnn, tiny_dataset, progress=False)
+    results = network_sweep.train_networks(runs, cnn, tiny_dataset, progress=False)
     if jax.default_backend() == "cpu":
         assert results[0]["sweep"]["mode"] == "sequential"
     for got, c in zip(results, runs, strict=True):
@@ -100,12 +101,12 @@ def test_conv_nodes_sweep_run_by_run_on_cpu_and_equal_alone(tiny_dataset):
 def test_an_eager_sweep_runs_run_by_run_and_equals_its_runs_alone(tiny_dataset, alone):
     """The eager per-node loop swept run by run equals each run alone under vmap and scan."""
     eager = [c.replace(backend="loop", step_loop="eager") for c in RUNS[:2]]
-    results = sweep.train_networks(eager, MODEL, tiny_dataset, graph=GRAPHS[:2], progress=False)
+    results = network_sweep.train_networks(eager, MODEL, tiny_dataset, graph=GRAPHS[:2], progress=False)
     for got, want in zip(results, alone[:2], strict=True):
         assert got["sweep"]["mode"] == "sequential" and got["network"].step_loop == "eager"
         assert_same_run(got, want)
     with pytest.raises(ValueError, match="sequential"):
-        sweep.train_networks(eager, MODEL, tiny_dataset, graph=GRAPHS[:2], progress=False, mode="population")
+        network_sweep.train_networks(eager, MODEL, tiny_dataset, graph=GRAPHS[:2], progress=False, mode="population")
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -115,21 +116,21 @@ def test_an_eager_sweep_runs_run_by_run_and_equals_its_runs_alone(tiny_dataset, 
 ])
 def test_mixed_structures_are_refused_naming_the_field(tiny_dataset, change, field):
     with pytest.raises(ValueError, match=field):
-        sweep.train_networks([config(), config(seed=1, **change)], MODEL, tiny_dataset, progress=False)
+        network_sweep.train_networks([config(), config(seed=1, **change)], MODEL, tiny_dataset, progress=False)
 
 
 def test_graph_fields_may_differ_only_between_static_graphs(tiny_dataset):
-    sweep.check_structure([config(topology="ring"), config(topology="full")])  # static: fine
+    network_sweep.check_structure([config(topology="ring"), config(topology="full")])  # static: fine
     with pytest.raises(ValueError, match="topology"):
-        sweep.check_structure([config(topology="time_varying"), config(topology="ring")])
+        network_sweep.check_structure([config(topology="time_varying"), config(topology="ring")])
     with pytest.raises(ValueError, match="one entry per run"):
-        sweep.train_networks([config(), config(seed=1)], MODEL, tiny_dataset, graph=[None], progress=False)
+        network_sweep.train_networks([config(), config(seed=1)], MODEL, tiny_dataset, graph=[None], progress=False)
 
 
 @pytest.mark.parametrize("mode", ["population", "sequential"])
 def test_an_interrupted_sweep_resumes_bit_identically(tiny_dataset, tmp_path, mode):
     runs = RUNS[:2]
-    whole = sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode)
+    whole = network_sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode)
     accuracy = network.accuracy_evaluator(tiny_dataset.test)
 
     def interrupt_at_8(net, state, done):
@@ -139,12 +140,12 @@ def test_an_interrupted_sweep_resumes_bit_identically(tiny_dataset, tmp_path, mo
 
     saves = []  # the harness records its wall time at every save, of every run of a sequential sweep too
     with pytest.raises(driver.Interrupted, match="after 4 steps"):
-        sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode, evaluator=interrupt_at_8,
-                             checkpointer=checkpoint.Checkpointer(tmp_path, every=100,
+        network_sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode, evaluator=interrupt_at_8,
+                                     checkpointer=checkpoint.Checkpointer(tmp_path, every=100,
                                                                   on_save=lambda: saves.append(1)))
     assert saves == [1]  # the one save on the interrupt (the first run's, run by run)
-    resumed = sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode,
-                                   checkpointer=checkpoint.Checkpointer(tmp_path, every=100, resume=True,
+    resumed = network_sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode=mode,
+                                           checkpointer=checkpoint.Checkpointer(tmp_path, every=100, resume=True,
                                                                         on_save=lambda: saves.append(2)))
     assert resumed[0]["resumed_from"] == 4
     assert saves[1:] == [2] * (1 if mode == "population" else 2)  # at the end: the population, or each run
@@ -167,7 +168,7 @@ def test_a_sweep_of_node_programs_with_its_own_evaluator_equals_its_runs_alone(t
     evaluator = lambda net, state, done: {"p_c": net.config.consume_prob,  # noqa: E731
                                           "params": float(sum(np.abs(np.asarray(x)).sum()
                                                               for x in jax.tree_util.tree_leaves(state.nodes.params)))}
-    results = sweep.train_networks(runs, program, tiny_dataset, progress=False, evaluator=evaluator)
+    results = network_sweep.train_networks(runs, program, tiny_dataset, progress=False, evaluator=evaluator)
     for got, c in zip(results, runs, strict=True):
         want = network.train_network(c, program, tiny_dataset, progress=False, evaluator=evaluator)
         for a, b in zip(got["history"], want["history"], strict=True):
@@ -194,7 +195,8 @@ def test_a_run_watches_its_programs_divergence_unless_told(tiny_dataset, mode):
         runs = [config(seed=0), config(seed=1)]
         if mode == "alone":
             return network.train_network(runs[0], program, tiny_dataset, progress=False, evaluator=quiet, **kw)
-        return sweep.train_networks(runs, program, tiny_dataset, progress=False, evaluator=quiet, mode=mode, **kw)
+        return network_sweep.train_networks(runs, program, tiny_dataset, progress=False, evaluator=quiet, mode=mode,
+                                            **kw)
 
     with pytest.raises(driver.Diverged, match=r"above 100 .* at step 7"):
         train(doubling_program(100.0))
@@ -209,7 +211,7 @@ def test_a_run_watches_its_programs_divergence_unless_told(tiny_dataset, mode):
 def test_a_diverging_run_is_named_by_run_and_node(tiny_dataset):
     runs = [config(seed=0), config(seed=1, learning_rate=1e6)]
     with pytest.raises(driver.LossStop) as stop:
-        sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode="population", divergence=5.0)
+        network_sweep.train_networks(runs, MODEL, tiny_dataset, progress=False, mode="population", divergence=5.0)
     assert any("in the sweep: run 1" in note for note in stop.value.__notes__)
 
 

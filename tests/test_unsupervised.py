@@ -365,7 +365,7 @@ SMOKE_ROWS = ("vae_1_node", "vae_10_nodes_full_comm", "bigan_10_nodes_full_comm"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("unsupervised_exchange")
-    watches, train = {}, ue.sweep.driver.train
+    watches, train = {}, ue.network_sweep.driver.train
 
     def recorded(*args, **kwargs):  # each row's divergence watch, as the driver gets it
         watches[kwargs["desc"].split(" run ")[0]] = kwargs["divergence"]
@@ -373,7 +373,7 @@ def smoke(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")  # drawn once, below
-        patch.setattr(ue.sweep.driver, "train", recorded)
+        patch.setattr(ue.network_sweep.driver, "train", recorded)
         assert ue.cli(["--preset", "smoke", "--out", str(out), "rows=" + ",".join(SMOKE_ROWS)]) == 0
     ue.write_report(out)
     return out, json.loads((out / "summary.json").read_text()), watches

@@ -188,7 +188,7 @@ def measure_sweep(row: SweepRow, arm: str) -> dict:
     as its counters."""
     if arm not in SWEEP_ARMS:
         raise ValueError(f"arm must be one of {SWEEP_ARMS}, got {arm!r}")
-    from jaxcomm import methods, network, sweep, zoo
+    from jaxcomm import methods, network, network_sweep, zoo
 
     model, dataset = model_and_data(row.workload)
     configs = [network.NetworkConfig(num_nodes=row.num_nodes, num_steps=row.num_steps, eval_every=row.eval_every,
@@ -200,7 +200,7 @@ def measure_sweep(row: SweepRow, arm: str) -> dict:
         results = ([methods.train(method, c, model, dataset, progress=False) for c in configs] if arm == "one_by_one"
                    else methods.sweep(method, configs, model, dataset, progress=False, mode=mode))
     elif arm != "one_by_one":
-        results = sweep.train_networks(configs, model, dataset, progress=False, mode=mode)
+        results = network_sweep.train_networks(configs, model, dataset, progress=False, mode=mode)
     else:
         results = [network.train_network(c, model, dataset, progress=False) for c in configs]
     seconds = time.perf_counter() - start

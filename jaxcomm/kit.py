@@ -1,0 +1,393 @@
+"""The kit every method trains on: a run config that is no method's, and a node population.
+
+A method (:mod:`jaxcomm.methods`) is what its nodes send and what they do with what they receive. What
+every method on classifier nodes shares is here, written once:
+
+* :class:`RunConfig`: nodes, graph, steps, batch, seed, shards, optimiser and schedule, augmentation,
+  evaluation, data model, compute dtype, backend and step loop. The chapter-2 network's own fields live in
+  :class:`jaxcomm.network.OutputSharingConfig`; :class:`jaxcomm.network.NetworkConfig` is both.
+* :func:`nodes`: a node population, N nodes of a Flax classifier on their shards, the backend chosen once: ``init`` (an
+  isolated network's, or every node from one model), the minibatch draw and the local step on each node's
+  own shard (:meth:`Population.local_step`, an isolated network's draws), ``predict``, the stacked
+  parameters; and :meth:`Population.built`, which makes a method's step a :class:`Built` for the driver.
+* :func:`graph_of`: the config's graph, drawn from the run's graph stream.
+
+Example, a method that averages every node with its in-neighbours after each local step (gossip)::
+
+    def build(config, model, *, image_shape, num_classes):
+        pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, static_graph=True)
+
+        def step(state, data):
+            state, info = pop.local_step(state, data)
+            weights = topology.mixing_matrix(state.graph)  # the run's own graph
+            return pop.with_params(state, topology.mix(weights, pop.params(state))), info
+
+        return pop.built(step, traffic=(ledger.Round("neighbours", 4.0 * pop.num_params, edges=pop.edges),))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+from jaxcomm import bandwidth, classifier, driver, ledger, population, speed, streams, topology
+from jaxcomm.exchange import DATA_MODELS
+from jaxcomm.validation import is_int, is_real, named_fields, require
+
+TOPOLOGIES = topology.NAMES
+PARTITIONS = ("iid", "dirichlet")
+LR_SCHEDULES = ("constant", "cosine")
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+@named_fields
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """What every method reads: the nodes, their graph, shards, optimiser and schedule; validated on construction.
+
+    Attributes:
+      num_nodes: N.
+      topology: one of :data:`TOPOLOGIES`, the graph of the methods that use one (output sharing, gossip, sparse
+        averaging); "random" is a fixed random graph with ``num_neighbours`` out-neighbours per node,
+        "time_varying" draws a new one every ``redraw_every`` steps. A graph passed by value replaces it.
+      num_neighbours: p, out-neighbours per node (ignored by "full" and "exponential"); default
+        ``min(2, num_nodes - 1)``.
+      redraw_every: steps between graphs of the "time_varying" topology.
+      batch_size: B, samples per minibatch (and per message).
+      learning_rate: Adam's step size (thesis: Adam defaults, 1e-3).
+      lr_schedule: one of :data:`LR_SCHEDULES`: "constant" (the thesis) or "cosine" (from ``learning_rate`` down
+        to 0 at ``num_steps``, counted in each node's own updates).
+      partition: one of :data:`PARTITIONS`; "iid" as the thesis.
+      dirichlet_alpha: concentration of the "dirichlet" label skew.
+      backend: how per-node code is lifted: one of :data:`jaxcomm.population.BACKENDS`, or "auto" for the backend
+        measured fastest for this model family and N (:func:`jaxcomm.speed.choose`).
+      step_loop: how a chunk of steps runs: "scan" (one ``lax.scan``), "dispatch" (one jitted call per step),
+        "eager" (with the "loop" backend: one compiled call per node, the thesis' way) or "auto".
+      compute_dtype: one of :data:`COMPUTE_DTYPES`: "bfloat16" runs classifier nodes' forward and backward passes
+        in bfloat16 while parameters, model state and optimiser state stay float32 (:func:`classifier.in_dtype`).
+      augment: random horizontal flips and 4-pixel-padded random crops of every training minibatch.
+      data_model: one of :data:`jaxcomm.exchange.DATA_MODELS`, for the bytes a message of inputs costs:
+        "private" (exclusive shards: the images travel) or "shared" (every node holds the dataset: indices
+        travel). Training is the same.
+      num_steps: training steps.
+      eval_every: steps between evaluations (one jitted chunk).
+      seed: seeds the partition, the initialisation and every draw.
+    """
+
+    num_nodes: int = 10
+    topology: str = "ring"
+    num_neighbours: int | None = None
+    redraw_every: int = 100
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    lr_schedule: str = "constant"
+    partition: str = "iid"
+    dirichlet_alpha: float = 0.5
+    backend: str = "auto"
+    step_loop: str = "auto"
+    compute_dtype: str = "float32"
+    augment: bool = False
+    data_model: str = "private"
+    num_steps: int = 1000
+    eval_every: int = 100
+    seed: int = 0
+
+    def __post_init__(self):
+        require(is_int(self.num_nodes) and self.num_nodes >= 1, "num_nodes", "an integer >= 1", self.num_nodes)
+        if self.num_neighbours is None:
+            object.__setattr__(self, "num_neighbours", min(2, self.num_nodes - 1))
+        require(self.topology in TOPOLOGIES, "topology", f"one of {TOPOLOGIES}", self.topology)
+        if self.topology not in ("full", "exponential"):
+            require(is_int(self.num_neighbours) and 0 <= self.num_neighbours <= self.num_nodes - 1, "num_neighbours",
+                    f"an integer in [0, num_nodes - 1] = [0, {self.num_nodes - 1}]", self.num_neighbours)
+        require(is_int(self.redraw_every) and self.redraw_every >= 1, "redraw_every", "an integer >= 1",
+                self.redraw_every)
+        require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
+        require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
+                self.learning_rate)
+        require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"one of {LR_SCHEDULES}", self.lr_schedule)
+        require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
+        require(is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
+                self.dirichlet_alpha)
+        population.check_backend(self.backend, allow_auto=True)
+        loops = (population.AUTO, *speed.STEP_LOOPS)
+        require(self.step_loop in loops, "step_loop", f"one of {loops}", self.step_loop)
+        require(self.compute_dtype in COMPUTE_DTYPES, "compute_dtype", f"one of {COMPUTE_DTYPES}", self.compute_dtype)
+        require(isinstance(self.augment, bool), "augment", "True or False", self.augment)
+        require(self.data_model in DATA_MODELS, "data_model", f"one of {DATA_MODELS}", self.data_model)
+        require(is_int(self.num_steps) and self.num_steps >= 0, "num_steps", "an integer >= 0", self.num_steps)
+        require(is_int(self.eval_every) and self.eval_every >= 1, "eval_every", "an integer >= 1", self.eval_every)
+        require(is_int(self.seed), "seed", "an integer", self.seed)
+        # the device count of backend "sharded" is checked when a population is built (check_devices), not here:
+        # building a config starts no JAX backend (a multi-host program builds its configs before
+        # jax.distributed.initialize)
+
+    def check_devices(self) -> None:
+        """Raises ValueError naming ``num_nodes`` when backend "sharded" cannot lay it over the devices."""
+        if self.backend == "sharded":
+            devices = jax.device_count()
+            require(self.num_nodes % devices == 0, "num_nodes",
+                    f"a multiple of the {devices} devices for backend 'sharded'", self.num_nodes)
+
+    def replace(self, **changes) -> RunConfig:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+"""The fields of :class:`RunConfig`: what a config of any method holds for the kit."""
+
+
+def run_config(config: RunConfig) -> RunConfig:
+    """The kit's part of ``config`` (a :class:`RunConfig` or any config that extends it)."""
+    return RunConfig(**{name: getattr(config, name) for name in RUN_FIELDS})
+
+
+class RunSettings(NamedTuple):
+    """The numbers of a run that the kit reads as data of the compiled step (``[R]`` arrays in a sweep).
+
+    Attributes:
+      learning_rate: Adam's step size (the peak of a cosine schedule), float32.
+    """
+
+    learning_rate: jax.Array
+
+
+def settings(config: RunConfig) -> RunSettings:
+    """A config's :class:`RunSettings`, float32 scalars."""
+    return RunSettings(np.float32(config.learning_rate))
+
+
+def graph_of(config: RunConfig, graph: np.ndarray | jax.Array | topology.GraphFn | None = None
+             ) -> tuple[topology.GraphFn, bool]:
+    """``(graph_fn(key, step) -> bool [N, N], dynamic)`` of ``graph`` (a bool ``[N, N]`` array or a function of
+    ``(key, step)``), or of the config's named topology when ``graph`` is None; validated before anything
+    compiles."""
+    if graph is None:
+        return topology.named(config.topology, config.num_nodes, num_neighbours=config.num_neighbours,
+                              redraw_every=config.redraw_every)
+    return topology.as_graph_fn(graph, config.num_nodes)
+
+
+def first_graph(config: RunConfig, graph: np.ndarray | jax.Array | topology.GraphFn | None = None) -> np.ndarray:
+    """The run's graph at step 0, ``bool [N, N]`` on the host, from the run's graph stream (what
+    :meth:`Population.init` puts in the state, and the network's of the same seed)."""
+    graph_fn, _ = graph_of(config, graph)
+    key = streams.init_keys(jax.random.PRNGKey(config.seed)).graph
+    return np.asarray(graph_fn(key, jnp.zeros((), jnp.int32)), bool)
+
+
+# --------------------------------------------------------------------------- the node population
+
+
+class NodesState(NamedTuple):
+    """A population's training state.
+
+    Attributes:
+      nodes: every node's :class:`jaxcomm.population.NodeState` (leaves ``[N, ...]``).
+      step: ``[] int32`` steps taken.
+      key: the PRNG key of the next step (:func:`jaxcomm.streams.step_keys`).
+      graph: ``[N, N] bool`` the run's graph (``adj[i, j]``: i sends to j), drawn at step 0 from the run's graph
+        stream: a random topology differs between seeds and equals the network's of the same seed.
+      extra: the method's own state (error-feedback memories, a global model, peers' copies; any pytree).
+    """
+
+    nodes: population.NodeState
+    step: jax.Array
+    key: jax.Array
+    graph: jax.Array
+    extra: Any = None
+
+
+class LocalInfo(NamedTuple):
+    """What a local step did. Attributes: loss: ``[N]``; indices: ``[N, B] int32`` rows drawn."""
+
+    loss: jax.Array
+    indices: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """One run's pure functions, what a method's ``build`` returns (:class:`jaxcomm.methods.Built`).
+
+    Attributes:
+      config: the run's config.
+      init, step, predict, backend, step_loop, layout: as the driver reads them.
+      traffic: the method's schedule as :class:`jaxcomm.ledger.Round` values, booked in the ledger and priced by
+        the clock.
+      evaluate_models: ``models_of(state)``, the models evaluated (None: every node's).
+      family: the speed family the backend was chosen for.
+    """
+
+    config: RunConfig
+    init: Callable
+    step: Callable
+    predict: Callable
+    backend: str
+    step_loop: str
+    layout: driver.Layout | None
+    traffic: tuple[ledger.Round, ...] = ()
+    evaluate_models: Callable | None = None
+    family: str | None = None
+
+    def models_of(self, state: NodesState) -> Any:
+        return state.nodes if self.evaluate_models is None else self.evaluate_models(state)
+
+    def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
+        """What the schedule has sent after ``steps_done`` steps (:func:`jaxcomm.ledger.book`)."""
+        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
+
+    def extended(self, cls: type, **fields) -> Built:
+        """This value as ``cls`` (a subclass that adds a method's own fields), with ``fields`` set."""
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """N classifier nodes on their shards, the backend chosen once; build with :func:`nodes`.
+
+    Attributes:
+      config: the run config.
+      num_classes: C.
+      init_node: ``init_node(key) -> NodeState`` of one node.
+      train_nodes: the lifted train step ``(nodes, images [N, B, ...], targets [N, B, C], *extra, keys [N]) ->
+        (nodes, (loss [N], aux))``.
+      predict: ``predict(nodes, images uint8 [M, H, W, C]) -> probs [N, M, C]``, jitted.
+      backend, step_loop, family: the chosen lift, step loop and speed family.
+      num_params: P of one node's parameters.
+      node_values: parameters and model state of one node (what a copy of a node's model holds).
+      graph_fn: the config's graph as a function of ``(key, step)`` (:func:`graph_of`).
+      edges: directed edges of the graph of the config's seed at step 0 (of every seed's, for the named
+        topologies but "random" with a varying out-degree: none has one).
+    """
+
+    config: RunConfig
+    num_classes: int
+    init_node: Callable
+    train_nodes: Callable
+    predict: Callable
+    backend: str
+    step_loop: str
+    family: str
+    num_params: int
+    node_values: int
+    graph_fn: topology.GraphFn
+    edges: int
+
+    @property
+    def layout(self) -> driver.Layout | None:
+        """How the "eager" and "dispatch" step loops hold node states (:func:`jaxcomm.classifier.layout_for`)."""
+        return classifier.layout_for(self.backend)
+
+    def init(self, key: jax.Array, *, extra: Callable | None = None, same_start: bool = False) -> NodesState:
+        """The initial state from a run's key: every node its own model (an isolated network's initialisation), or
+        with ``same_start`` every node the same one (synchronous SGD's); ``extra(nodes) -> pytree``: the method's
+        own state."""
+        keys = streams.init_keys(key)
+        if same_start:
+            nodes = population.stack([self.init_node(keys.nodes)] * self.config.num_nodes)
+        else:
+            nodes = population.init_population(self.init_node, keys.nodes, self.config.num_nodes,
+                                               backend=self.backend)
+        graph = jnp.asarray(self.graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool)
+        return NodesState(nodes, jnp.zeros((), jnp.int32), keys.run, graph, None if extra is None else extra(nodes))
+
+    def draw(self, state: NodesState, data: classifier.ShardData) -> tuple[streams.StepKeys, classifier.Minibatch]:
+        """A step's named keys and every node's minibatch from its own shard (:func:`jaxcomm.classifier.minibatch`)."""
+        keys = streams.step_keys(state.key, augment=self.config.augment)
+        return keys, classifier.minibatch(keys, data, self.config.batch_size, self.num_classes)
+
+    def train(self, state: NodesState, keys: streams.StepKeys, batch: classifier.Minibatch, *extra: jax.Array
+              ) -> tuple[NodesState, LocalInfo]:
+        """Every node's gradient step on ``batch`` (``extra``: per-node arguments of a method's own loss, between
+        the targets and the key); the step counted and the key advanced."""
+        nodes, (loss, _) = population.state_and_aux(self.train_nodes(
+            state.nodes, batch.images, batch.targets, *extra, jax.random.split(keys.nodes, self.config.num_nodes)))
+        return state._replace(nodes=nodes, step=state.step + 1, key=keys.next), LocalInfo(loss, batch.indices)
+
+    def local_step(self, state: NodesState, data: classifier.ShardData) -> tuple[NodesState, LocalInfo]:
+        """Every node's step on a minibatch of its own shard: an isolated network's draws and update."""
+        keys, batch = self.draw(state, data)
+        return self.train(state, keys, batch)
+
+    @staticmethod
+    def params(state: NodesState) -> Any:
+        """The stacked parameters (leaves ``[N, ...]``)."""
+        return state.nodes.params
+
+    @staticmethod
+    def flat_params(state: NodesState) -> jax.Array:
+        """Every node's parameters as one float32 vector: ``[N, P]`` (the order of
+        :func:`jax.flatten_util.ravel_pytree`)."""
+        return jax.vmap(lambda params: ravel_pytree(params)[0])(state.nodes.params)
+
+    def with_flat_params(self, state: NodesState, flat: jax.Array) -> NodesState:
+        """``state`` with the nodes' parameters replaced by ``flat [N, P]`` (:meth:`flat_params`'s layout)."""
+        unravel = ravel_pytree(population.node(state.nodes.params, 0))[1]
+        return self.with_params(state, jax.vmap(unravel)(flat))
+
+    @staticmethod
+    def with_params(state: NodesState, params: Any, model_state: Any = None) -> NodesState:
+        """``state`` with the nodes' parameters (and model state) replaced."""
+        nodes = state.nodes._replace(params=params)
+        return state._replace(nodes=nodes if model_state is None else nodes._replace(model_state=model_state))
+
+    def built(self, step: Callable, *, traffic: Sequence[ledger.Round] = (), extra: Callable | None = None,
+              same_start: bool = False, models_of: Callable | None = None, stacked: bool = False) -> Built:
+        """A method's :class:`Built` from its ``step(state, data) -> (state, info)``.
+
+        Args:
+          step: the method's step; ``info`` has ``loss [N]`` and ``indices [N, B]``.
+          traffic: what it sends, as :class:`jaxcomm.ledger.Round` values.
+          extra, same_start: as :meth:`init`.
+          models_of: the models evaluated (default every node's).
+          stacked: keep node states stacked in the "eager" and "dispatch" step loops (a step that reads all nodes
+            together every step: averaging, peers' predictions).
+        """
+        return Built(self.config, lambda key: self.init(key, extra=extra, same_start=same_start), step,
+                     self.predict, self.backend, self.step_loop, None if stacked else self.layout, tuple(traffic),
+                     models_of, self.family)
+
+
+def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
+               optimizer: optax.GradientTransformation | None = None, loss: Callable | None = None,
+               extra_args: Sequence[jax.ShapeDtypeStruct] = (), static_graph: bool = False) -> Population:
+    """N nodes of ``model`` (a Flax classifier returning ``(logits, features)``) on the config's shards.
+
+    Args:
+      config: a :class:`RunConfig` (or a config that extends it).
+      model: every node's classifier.
+      image_shape: ``(H, W, C)``; num_classes: C.
+      optimizer: each node's optimiser (default Adam at the config's rate and schedule).
+      loss: one node's ``loss(params, model_state, images uint8 [B, ...], targets [B, C], *extra, key) -> (loss [],
+        (model_state, aux))`` (default the cross-entropy, :func:`jaxcomm.classifier.classifier_loss`, in the
+        config's compute dtype).
+      extra_args: shapes of one node's ``extra`` arguments of ``loss``, for the backend chooser.
+      static_graph: the method reads one graph for the whole run (``state.graph``): a topology that changes over
+        time is refused, naming the field.
+    """
+    config.check_devices()
+    optimizer = optimizer or optax.adam(classifier.learning_rate(config))
+    init_node = classifier.classifier_init(model, optimizer, image_shape)
+    node_step = population.make_train_step(loss or classifier.classifier_loss(model, config.compute_dtype), optimizer)
+    backend, step_loop, family = classifier.choose_backend(
+        config, node_step, init_node, classifier.node_args(config.batch_size, image_shape, num_classes, *extra_args))
+    abstract = jax.eval_shape(init_node, jax.random.PRNGKey(0))
+    graph_fn, dynamic = graph_of(config)
+    if static_graph:
+        require(not dynamic, "topology", "a static graph (this method reads one graph for the whole run)",
+                config.topology)
+    predict = jax.jit(population.lift(classifier.classifier_predict(model, config.compute_dtype), backend=backend,
+                                      in_axes=(0, None)))
+    return Population(config, num_classes, init_node, population.lift_train(node_step, backend=backend), predict,
+                      backend, step_loop, family, bandwidth.num_params(abstract.params),
+                      bandwidth.num_params((abstract.params, abstract.model_state)), graph_fn,
+                      int(first_graph(config).sum()))
