@@ -1,14 +1,20 @@
-"""Random draws by name: two methods that share a draw are paired, whatever else each draws.
+"""Random draws by name: every draw is ``fold_in`` of its parent key with its stream's name.
 
-Every method on the classifier kit splits a step's key the same way (:func:`step_keys`): the next
-step's key, then the draws of Algorithm 2 (consume, broadcast), the local minibatch (sample), the
-nodes' own keys (dropout), and, only where a run has them, failures and augmentation, in the order
-the chapter-2 network always drew them (its golden runs are unchanged). So an isolated network,
-synchronous SGD, local SGD and codistillation with the same seed draw the same minibatches.
+A run's initial key gives the models' initialisation, the first step's key and the graph's key
+(:func:`init_keys`); a step's key gives the next step's key, Algorithm 2's draws (consume,
+broadcast), the local minibatch (sample), the nodes' own keys (dropout) and, where a run has them,
+failures and augmentation (:func:`step_keys`). Each is ``fold_in(key, stream_id(name))``, so no draw
+depends on which others a run makes: turning failures or augmentation on leaves every minibatch as it
+was, and an isolated network, synchronous SGD, local SGD, codistillation and sparse averaging with the
+same seed draw the same minibatches.
 
-A draw beyond these comes from :func:`named`, ``fold_in`` of the step's key with the stream's
-name: it changes no key of :func:`step_keys`, so adding one to a method leaves every other
-method's results bit-identical.
+A method's own draw comes from :func:`named` the same way (e.g. ``named(state.key, "sparta")``): it
+changes no key of :func:`step_keys`, so adding one to a method leaves every other method's results
+bit-identical.
+
+Before commit "draws by name" (issue 57), :func:`init_keys` and :func:`step_keys` split their key
+positionally (``split(key, 3)``, ``split(key, 5)`` with failures and augmentation chained off the next
+key); results drawn so are listed in ``results/PROVENANCE.md``.
 
 References:
   optax / flax practice (``jax.random.fold_in`` with named constants); STYLE.md item 16.
@@ -23,8 +29,8 @@ import jax
 
 
 class InitKeys(NamedTuple):
-    """A run's initial keys (``split(key, 3)``). Attributes: nodes: the models' initialisation; run: the first
-    step's key; graph: a time-varying graph's."""
+    """A run's initial keys, each its own stream. Attributes: nodes: the models' initialisation; run: the first
+    step's key; graph: the graph's (a random topology's draw, a time-varying graph's)."""
 
     nodes: jax.Array
     run: jax.Array
@@ -46,23 +52,16 @@ class StepKeys(NamedTuple):
 
 
 def init_keys(key: jax.Array) -> InitKeys:
-    """The keys of a run's initial state from its seed's key."""
-    return InitKeys(*jax.random.split(key, 3))
+    """The keys of a run's initial state from its seed's key, each ``named(key, field)``."""
+    return InitKeys(*(named(key, f"init/{field}") for field in InitKeys._fields))
 
 
 def step_keys(key: jax.Array, *, failures: bool = False, augment: bool = False) -> StepKeys:
-    """The named draws of one step from the step's key (the state's ``key``).
-
-    Failures and augmentation take their keys from the next-key chain only when a run has them, so runs
-    without them keep their draws.
-    """
-    key, consume, broadcast, sample, nodes = jax.random.split(key, 5)
-    k_fail = k_augment = None
-    if failures:
-        key, k_fail = jax.random.split(key)
-    if augment:
-        key, k_augment = jax.random.split(key)
-    return StepKeys(key, consume, broadcast, sample, nodes, k_fail, k_augment)
+    """The named draws of one step from the step's key (the state's ``key``), each ``named(key, field)``;
+    ``failures`` and ``augment`` None where the run has none (drawing them changes no other key)."""
+    drawn = {field: named(key, f"step/{field}") for field in ("next", "consume", "broadcast", "sample", "nodes")}
+    return StepKeys(**drawn, failures=named(key, "step/failures") if failures else None,
+                    augment=named(key, "step/augment") if augment else None)
 
 
 def stream_id(name: str) -> int:

@@ -14,7 +14,7 @@ import pytest
 from jaxcomm import exchange, network, topology
 from jaxcomm.models import MLP
 
-GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "network_before_refactor.json").read_text())
+GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "network_draws_by_name.json").read_text())
 MODEL = MLP(hidden=(16,), num_classes=4)
 
 
@@ -31,8 +31,9 @@ def params_sum(result) -> float:
 
 @pytest.mark.parametrize("case", sorted(GOLDEN))
 def test_built_in_contents_reproduce_the_runs_before_exchanges_were_values(tiny_dataset, case):
-    """Counters exactly, losses and accuracies to float precision, pinned from the string-switch step
-    (tests/golden/network_before_refactor.json, written by the code at 8d7693f)."""
+    """Counters exactly, losses and accuracies to float precision, pinned (tests/golden/network_draws_by_name.json,
+    written by tests/golden/write_network_golden.py when the draws became named streams; before, from the
+    string-switch step at 8d7693f)."""
     golden = GOLDEN[case]
     kw = {k: tuple(tuple(o) for o in v) if k == "failure_schedule" else v for k, v in golden["config"].items()}
     result = network.train_network(config(**kw), MODEL, tiny_dataset, progress=False)

@@ -227,3 +227,20 @@ def test_a_run_config_alone_trains_every_method(tiny_dataset):
     assert network.NetworkConfig(**vars(run)).run == run
     with pytest.raises(TypeError, match="consume_prob"):
         kit.RunConfig(consume_prob=0.5)
+
+
+def test_failures_and_augmentation_change_no_other_draw(tiny_dataset):
+    """Draws by name: turning failures and augmentation on leaves every minibatch and the graph as they were."""
+    plain = config(topology="random", num_neighbours=2, seed=5)
+    drawn = {}
+    for name, cfg in {"plain": plain, "failures": plain.replace(failure_prob=0.3), "augment": plain.replace(
+            augment=True), "both": plain.replace(failure_schedule=((1, 0, 2),), augment=True)}.items():
+        built = methods.build(network.output_sharing(exchange.none()), cfg, MODEL, tiny_dataset)
+        state = built.init(jax.random.PRNGKey(cfg.seed))
+        drawn[name] = (np.asarray(state.adj), indices_drawn(built, tiny_dataset, cfg))
+    for name, (adj, indices) in drawn.items():
+        np.testing.assert_array_equal(adj, drawn["plain"][0], err_msg=name)
+        for a, b in zip(indices, drawn["plain"][1], strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    keys = streams.step_keys(jax.random.PRNGKey(0), failures=True, augment=True)
+    assert len({tuple(np.asarray(k)) for k in keys}) == len(keys) == 7  # seven different keys
