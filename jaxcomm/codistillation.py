@@ -102,7 +102,7 @@ def make_codistillation(config: kit.RunConfig, model: nn.Module, *, image_shape:
         # node i's targets: the mean of the other nodes' stale predictions on its own minibatch
         others = (jnp.sum(probs, axis=0) - probs[jnp.arange(n), jnp.arange(n)]) / (n - 1)  # [N, B, C]
         refreshed = (state.step + 1) % refresh_every == 0
-        state, info = pop.train(state, keys, batch, jax.lax.stop_gradient(others))
+        state, info = pop.train(state, data, keys, batch, jax.lax.stop_gradient(others))
         stale = jax.tree_util.tree_map(lambda new, old: jnp.where(refreshed, new, old),
                                        (state.nodes.params, state.nodes.model_state), state.extra)
         return state._replace(extra=stale), CodistillationInfo(*info, refreshed)
@@ -125,7 +125,8 @@ def codistillation(refresh_every: int, *, weight: float = 1.0, name: str | None 
         return make_codistillation(config, model, image_shape=image_shape, num_classes=num_classes,
                                    refresh_every=refresh_every, weight=weight)
 
-    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation")
+    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation",
+                          per_run=methods.KIT_PER_RUN)
 
 
 def train_codistillation(

@@ -28,7 +28,7 @@ Example, a method that averages every node with its in-neighbours after each loc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax.core import FrozenDict
 from jax.flatten_util import ravel_pytree
 
 from jaxcomm import bandwidth, classifier, driver, ledger, population, speed, streams, topology
@@ -152,18 +153,23 @@ def run_config(config: RunConfig) -> RunConfig:
 
 
 class RunSettings(NamedTuple):
-    """The numbers of a run that the kit reads as data of the compiled step (``[R]`` arrays in a sweep).
+    """The numbers of a run that the step reads as data (``[R]`` arrays in a sweep): one compiled step serves every
+    value, so a sweep may vary them run by run.
 
     Attributes:
-      learning_rate: Adam's step size (the peak of a cosine schedule), float32.
+      learning_rate: the nodes' Adam step size (the peak of a cosine schedule), float32.
+      hyper: the method's own values, ``{name: float32}`` (:attr:`jaxcomm.methods.Method.hyper`: SPARTA's
+        fraction, DiLoCo's outer learning rate).
     """
 
     learning_rate: jax.Array
+    hyper: FrozenDict  # hashable, so a sweep's data axes key its compiled step
 
 
-def settings(config: RunConfig) -> RunSettings:
-    """A config's :class:`RunSettings`, float32 scalars."""
-    return RunSettings(np.float32(config.learning_rate))
+def settings(config: RunConfig, hyper: Mapping[str, float] | None = None) -> RunSettings:
+    """A config's :class:`RunSettings` with a method's ``hyper`` values, float32 scalars."""
+    return RunSettings(np.float32(config.learning_rate),
+                       FrozenDict({k: np.float32(v) for k, v in sorted((hyper or {}).items())}))
 
 
 def graph_of(config: RunConfig, graph: np.ndarray | jax.Array | topology.GraphFn | None = None
@@ -221,10 +227,12 @@ class Built:
     Attributes:
       config: the run's config.
       init, step, predict, backend, step_loop, layout: as the driver reads them.
-      traffic: the method's schedule as :class:`jaxcomm.ledger.Round` values, booked in the ledger and priced by
-        the clock.
+      schedule: what the method sends, as :class:`jaxcomm.ledger.Round` values, or a function of the run's
+        ``hyper`` returning them (bytes that depend on a swept value); :attr:`traffic` reads it.
       evaluate_models: ``models_of(state)``, the models evaluated (None: every node's).
       family: the speed family the backend was chosen for.
+      hyper: the run's own values of the method's hyperparameters (set by :func:`jaxcomm.methods.train` and
+        :func:`jaxcomm.methods.sweep`).
     """
 
     config: RunConfig
@@ -234,9 +242,15 @@ class Built:
     backend: str
     step_loop: str
     layout: driver.Layout | None
-    traffic: tuple[ledger.Round, ...] = ()
+    schedule: tuple[ledger.Round, ...] | Callable = ()
     evaluate_models: Callable | None = None
     family: str | None = None
+    hyper: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def traffic(self) -> tuple[ledger.Round, ...]:
+        """The run's schedule, booked in the ledger and priced by the clock (:mod:`jaxcomm.clock`)."""
+        return tuple(self.schedule(self.hyper) if callable(self.schedule) else self.schedule)
 
     def models_of(self, state: NodesState) -> Any:
         return state.nodes if self.evaluate_models is None else self.evaluate_models(state)
@@ -258,8 +272,8 @@ class Population:
       config: the run config.
       num_classes: C.
       init_node: ``init_node(key) -> NodeState`` of one node.
-      train_nodes: the lifted train step ``(nodes, images [N, B, ...], targets [N, B, C], *extra, keys [N]) ->
-        (nodes, (loss [N], aux))``.
+      train_nodes: the lifted train step ``(learning_rate [], nodes, images [N, B, ...], targets [N, B, C], *extra,
+        keys [N]) -> (nodes, (loss [N], aux))`` (:class:`TunedStep`).
       predict: ``predict(nodes, images uint8 [M, H, W, C]) -> probs [N, M, C]``, jitted.
       backend, step_loop, family: the chosen lift, step loop and speed family.
       num_params: P of one node's parameters.
@@ -305,18 +319,20 @@ class Population:
         keys = streams.step_keys(state.key, augment=self.config.augment)
         return keys, classifier.minibatch(keys, data, self.config.batch_size, self.num_classes)
 
-    def train(self, state: NodesState, keys: streams.StepKeys, batch: classifier.Minibatch, *extra: jax.Array
-              ) -> tuple[NodesState, LocalInfo]:
-        """Every node's gradient step on ``batch`` (``extra``: per-node arguments of a method's own loss, between
-        the targets and the key); the step counted and the key advanced."""
+    def train(self, state: NodesState, data: classifier.ShardData, keys: streams.StepKeys,
+              batch: classifier.Minibatch, *extra: jax.Array) -> tuple[NodesState, LocalInfo]:
+        """Every node's gradient step on ``batch`` at the run's learning rate (``data.settings``; ``extra``:
+        per-node arguments of a method's own loss, between the targets and the key); the step counted and the key
+        advanced."""
         nodes, (loss, _) = population.state_and_aux(self.train_nodes(
-            state.nodes, batch.images, batch.targets, *extra, jax.random.split(keys.nodes, self.config.num_nodes)))
+            data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
+            jax.random.split(keys.nodes, self.config.num_nodes)))
         return state._replace(nodes=nodes, step=state.step + 1, key=keys.next), LocalInfo(loss, batch.indices)
 
     def local_step(self, state: NodesState, data: classifier.ShardData) -> tuple[NodesState, LocalInfo]:
         """Every node's step on a minibatch of its own shard: an isolated network's draws and update."""
         keys, batch = self.draw(state, data)
-        return self.train(state, keys, batch)
+        return self.train(state, data, keys, batch)
 
     @staticmethod
     def params(state: NodesState) -> Any:
@@ -340,21 +356,45 @@ class Population:
         nodes = state.nodes._replace(params=params)
         return state._replace(nodes=nodes if model_state is None else nodes._replace(model_state=model_state))
 
-    def built(self, step: Callable, *, traffic: Sequence[ledger.Round] = (), extra: Callable | None = None,
+    def built(self, step: Callable, *, traffic: Sequence[ledger.Round] | Callable = (), extra: Callable | None = None,
               same_start: bool = False, models_of: Callable | None = None, stacked: bool = False) -> Built:
         """A method's :class:`Built` from its ``step(state, data) -> (state, info)``.
 
         Args:
           step: the method's step; ``info`` has ``loss [N]`` and ``indices [N, B]``.
-          traffic: what it sends, as :class:`jaxcomm.ledger.Round` values.
+          traffic: what it sends, as :class:`jaxcomm.ledger.Round` values, or a function of the run's ``hyper``
+            returning them.
           extra, same_start: as :meth:`init`.
           models_of: the models evaluated (default every node's).
           stacked: keep node states stacked in the "eager" and "dispatch" step loops (a step that reads all nodes
             together every step: averaging, peers' predictions).
         """
         return Built(self.config, lambda key: self.init(key, extra=extra, same_start=same_start), step,
-                     self.predict, self.backend, self.step_loop, None if stacked else self.layout, tuple(traffic),
-                     models_of, self.family)
+                     self.predict, self.backend, self.step_loop, None if stacked else self.layout,
+                     traffic if callable(traffic) else tuple(traffic), models_of, self.family)
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedStep:
+    """One node's :class:`jaxcomm.population.TrainStep` at a run's traced learning rate, in the halves
+    :func:`jaxcomm.population.lift_train` takes: ``(learning_rate, node, *batch)``.
+
+    Attributes:
+      step_for: ``step_for(learning_rate) -> TrainStep`` (its optimiser built with the traced value).
+    """
+
+    step_for: Callable[[jax.Array], population.TrainStep]
+
+    def gradients(self, learning_rate: jax.Array, node, *batch):
+        return self.step_for(learning_rate).gradients(node, *batch)
+
+    def update(self, args: tuple, grads, model_state):
+        learning_rate, node, *batch = args
+        return self.step_for(learning_rate).update((node, *batch), grads, model_state)
+
+    def __call__(self, *args):
+        grads, model_state, out = self.gradients(*args)
+        return self.update(args, grads, model_state), out
 
 
 def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
@@ -366,7 +406,8 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
       config: a :class:`RunConfig` (or a config that extends it).
       model: every node's classifier.
       image_shape: ``(H, W, C)``; num_classes: C.
-      optimizer: each node's optimiser (default Adam at the config's rate and schedule).
+      optimizer: each node's optimiser (default Adam at the run's learning rate, data of the step so a sweep may
+        vary it, and the config's schedule); a given one is used as it is.
       loss: one node's ``loss(params, model_state, images uint8 [B, ...], targets [B, C], *extra, key) -> (loss [],
         (model_state, aux))`` (default the cross-entropy, :func:`jaxcomm.classifier.classifier_loss`, in the
         config's compute dtype).
@@ -375,11 +416,14 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
         time is refused, naming the field.
     """
     config.check_devices()
-    optimizer = optimizer or optax.adam(classifier.learning_rate(config))
-    init_node = classifier.classifier_init(model, optimizer, image_shape)
-    node_step = population.make_train_step(loss or classifier.classifier_loss(model, config.compute_dtype), optimizer)
+    node_loss = loss or classifier.classifier_loss(model, config.compute_dtype)
+    optimizer_for = ((lambda lr: optimizer) if optimizer is not None
+                     else (lambda lr: optax.adam(classifier.learning_rate(config, lr))))
+    tuned = TunedStep(lambda lr: population.make_train_step(node_loss, optimizer_for(lr)))
+    init_node = classifier.classifier_init(model, optimizer_for(config.learning_rate), image_shape)
     backend, step_loop, family = classifier.choose_backend(
-        config, node_step, init_node, classifier.node_args(config.batch_size, image_shape, num_classes, *extra_args))
+        config, tuned.step_for(config.learning_rate), init_node,
+        classifier.node_args(config.batch_size, image_shape, num_classes, *extra_args))
     abstract = jax.eval_shape(init_node, jax.random.PRNGKey(0))
     graph_fn, dynamic = graph_of(config)
     if static_graph:
@@ -387,7 +431,9 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
                 config.topology)
     predict = jax.jit(population.lift(classifier.classifier_predict(model, config.compute_dtype), backend=backend,
                                       in_axes=(0, None)))
-    return Population(config, num_classes, init_node, population.lift_train(node_step, backend=backend), predict,
+    in_axes = (None, *([0] * (4 + len(extra_args))))  # the learning rate, the node, images, targets, extra, key
+    return Population(config, num_classes, init_node, population.lift_train(tuned, backend=backend, in_axes=in_axes),
+                      predict,
                       backend, step_loop, family, bandwidth.num_params(abstract.params),
                       bandwidth.num_params((abstract.params, abstract.model_state)), graph_fn,
                       int(first_graph(config).sum()))

@@ -138,7 +138,8 @@ def local_sgd(sync_every: int, *, outer: optax.GradientTransformation | None = N
         return make_local_sgd(config, model, image_shape=image_shape, num_classes=num_classes,
                               sync_every=sync_every, outer=outer)
 
-    return methods.Method(name or f"local_sgd_h{sync_every}", build, family="local_sgd", score="model")
+    return methods.Method(name or f"local_sgd_h{sync_every}", build, family="local_sgd", score="model",
+                          per_run=methods.KIT_PER_RUN)
 
 
 def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9,

@@ -29,7 +29,7 @@ same minibatches.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
@@ -42,6 +42,8 @@ from jaxcomm.data import ImageDataset
 
 BASE_PER_RUN = ("seed", "partition", "dirichlet_alpha")
 """Config fields runs of any method's sweep may vary: the seed (initialisation, every draw) and the shards."""
+KIT_PER_RUN = (*BASE_PER_RUN, "learning_rate")
+"""Those of a method whose nodes are the kit's (:func:`jaxcomm.kit.nodes`): the learning rate is data of its step."""
 
 
 class Built(Protocol):
@@ -101,7 +103,10 @@ class Method(NamedTuple):
         faster for this method (synchronous SGD, one shared model per run, as one population:
         ``results/benchmark/sweep_arms/``).
       settings: ``settings(config)``: the numbers of a run its step reads as data (``data.settings``, ``[R]``
-        arrays in a sweep); None: :func:`jaxcomm.kit.settings`.
+        arrays in a sweep); None: :func:`jaxcomm.kit.settings` with the run's ``hyper``.
+      hyper: the method's own hyperparameters that are data of its step, with their values (``{"fraction": 0.01}``):
+        the step reads ``data.settings.hyper[name]``, so :func:`train` and :func:`sweep` may set them per run
+        (``hyper=``) under one compiled step.
     """
 
     name: str
@@ -115,6 +120,7 @@ class Method(NamedTuple):
     check: Callable | None = None
     sweep_mode: str = "auto"
     settings: Callable | None = None
+    hyper: Mapping[str, float] | None = None
 
     def config_for(self, config: kit.RunConfig) -> kit.RunConfig:
         """The config a run of this method trains by."""
@@ -153,16 +159,20 @@ def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
     """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` passed on
     to a ``build`` that takes one (whose training the links change: output sharing's messages in flight)."""
     takes_cluster = validation.takes_keyword(method.build, "cluster")
-    return method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
-                        num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
+    built = method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
+                         num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
+    return _with_hyper(built, hyper_of(method))
 
 
 @driver.interruptible
 def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
-          donate: bool | None = None, cluster: clock.Cluster | None = None) -> dict:
+          donate: bool | None = None, cluster: clock.Cluster | None = None,
+          hyper: Mapping[str, float] | None = None) -> dict:
     """Trains one run of ``method`` under the one driver (:func:`jaxcomm.driver.train`).
+
+    ``hyper``: values of the method's own hyperparameters (:attr:`Method.hyper`) for this run.
 
     ``cluster`` (a :class:`jaxcomm.clock.Cluster`): every record gets the run's virtual ``clock``
     (:func:`jaxcomm.clock.reading`), and a method whose ``build`` takes the cluster trains under its links
@@ -173,10 +183,12 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
       ``final``; ``state``; ...) plus ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the
       final record's).
     """
-    built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster)
+    values = hyper_of(method, hyper)
+    built = _with_hyper(build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster), values)
     checkpoint.record_lift(checkpointer, built)
     config = built.config
-    result = driver.train(_system(method, built, dataset, eval_split, cluster), _data(method, dataset, config),
+    data = shard_data(method, dataset, config, values)
+    result = driver.train(_system(method, built, dataset, eval_split, cluster), data,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
@@ -184,7 +196,8 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
 
 
 def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset,
-         directory: str, *, eval_split: str | Sequence[str] = "test", cluster: clock.Cluster | None = None) -> dict:
+         directory: str, *, eval_split: str | Sequence[str] = "test", cluster: clock.Cluster | None = None,
+         hyper: Mapping[str, float] | None = None) -> dict:
     """A trained run back from its checkpoints in ``directory`` (a :class:`jaxcomm.checkpoint.Checkpointer`'s
     folder, e.g. ``<out>/checkpoints/<run>`` of an experiment run with ``--keep-checkpoints``), without a
     training step: :func:`train`'s dict at the latest checkpoint (``state``: every node's parameters, model and
@@ -198,15 +211,32 @@ def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Image
     if steps is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
     return train(method, config.replace(num_steps=steps), model, dataset, eval_split=eval_split, progress=False,
-                 checkpointer=checkpointer, cluster=cluster)
+                 checkpointer=checkpointer, cluster=cluster, hyper=hyper)
 
 
-def _settings(method: Method, config: kit.RunConfig):
-    return (method.settings or kit.settings)(config)
+def hyper_of(method: Method, hyper: Mapping[str, float] | None = None) -> dict[str, float]:
+    """``method.hyper`` with ``hyper``'s values; raises ValueError naming a name the method does not have."""
+    own = dict(method.hyper or {})
+    for name in hyper or {}:
+        if name not in own:
+            raise ValueError(f"{method.name} has no hyperparameter {name!r}"
+                             f"{validation.did_you_mean(name, list(own)) or '.'} Its own: {sorted(own) or 'none'}")
+    return own | dict(hyper or {})
 
 
-def _data(method: Method, dataset: ImageDataset, config: kit.RunConfig) -> classifier.ShardData:
-    return classifier.shard_data(dataset, config, _settings(method, config))
+def _settings(method: Method, config: kit.RunConfig, hyper: Mapping[str, float]):
+    return method.settings(config) if method.settings is not None else kit.settings(config, hyper)
+
+
+def _with_hyper(built: Built, hyper: Mapping[str, float]) -> Built:
+    return dataclasses.replace(built, hyper=dict(hyper)) if hasattr(built, "hyper") else built
+
+
+def shard_data(method: Method, dataset: ImageDataset, config: kit.RunConfig,
+               hyper: Mapping[str, float] | None = None) -> classifier.ShardData:
+    """The data a run of ``method`` steps on: the config's shards on the device and the run's settings (the
+    method's ``hyper`` values with ``hyper``'s), as :func:`train` gives them to ``built.step``."""
+    return classifier.shard_data(dataset, config, _settings(method, config, hyper_of(method, hyper)))
 
 
 def _finish(result: dict, built: Built, method: Method) -> dict:
@@ -231,7 +261,8 @@ def check_runs(method: Method, configs: Sequence[kit.RunConfig]) -> None:
 def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
-          mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None) -> list[dict]:
+          mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None,
+          hyper: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None) -> list[dict]:
     """Trains R runs of ``method`` as one sweep (:func:`jaxcomm.sweep.train_runs`); each result equals
     :func:`train`'s of the run alone.
 
@@ -241,6 +272,8 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
       mode: "population" (one population of R x N nodes, the step vmapped over runs), "sequential" (run by run,
         one compiled step), or "auto": the method's ``sweep_mode`` where it names one, else run by run on a CPU
         and one population on an accelerator (:func:`jaxcomm.sweep.choose_mode`).
+      hyper: values of the method's own hyperparameters (:attr:`Method.hyper`): one mapping for every run, or one
+        per run (e.g. SPARTA's fraction over 0.001-0.05 as one sweep).
       eval_split, progress, desc, checkpointer, divergence, donate, cluster: as :func:`train`.
 
     Returns:
@@ -248,12 +281,17 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     """
     configs = [method.config_for(checkpoint.pinned(checkpointer, c)) for c in configs]
     method.check(configs) if method.check is not None else check_runs(method, configs)
+    if hyper is not None and not isinstance(hyper, Mapping) and len(hyper) != len(configs):
+        raise ValueError(f"hyper: one mapping for every run, or one per run ({len(configs)}), got {len(hyper)}")
+    values = [hyper_of(method, hyper if hyper is None or isinstance(hyper, Mapping) else hyper[r])
+              for r in range(len(configs))]
     first = build(method, configs[0], model, dataset, cluster=cluster)
     checkpoint.record_lift(checkpointer, first)
-    builts = [dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first) else first._replace(config=c)
-              for c in configs]
-    base = _data(method, dataset, configs[0])
-    datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c)) for c in configs]
+    builts = [_with_hyper(dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first)
+                          else first._replace(config=c), h) for c, h in zip(configs, values, strict=True)]
+    base = shard_data(method, dataset, configs[0], values[0])
+    datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c, h))
+             for c, h in zip(configs, values, strict=True)]
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,

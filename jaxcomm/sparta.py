@@ -30,7 +30,8 @@ def sparse_mix(key: jax.Array, fraction: float | jax.Array, weights: jax.Array, 
 
 def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None) -> methods.Method:
     """SPARTA as a method: every step each node averages a random ``fraction`` of its parameters (the same
-    coordinates on every node) with its in-neighbours, on a ring of ``num_neighbours`` (0: the config's graph)."""
+    coordinates on every node) with its in-neighbours, on a ring of ``num_neighbours`` (0: the config's graph).
+    ``fraction`` is data of the step (``hyper``): a sweep may vary it run by run."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
     ring = (lambda c: c.replace(topology="ring", num_neighbours=num_neighbours)) if num_neighbours else None
@@ -41,12 +42,15 @@ def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None)
         def step(state: kit.NodesState, data):
             mask_key = streams.named(state.key, "sparta")
             state, info = pop.local_step(state, data)
-            weights = topology.mixing_matrix(state.graph)
-            return pop.with_params(state, sparse_mix(mask_key, fraction, weights, pop.params(state))), info
+            weights, p = topology.mixing_matrix(state.graph), data.settings.hyper["fraction"]
+            return pop.with_params(state, sparse_mix(mask_key, p, weights, pop.params(state))), info
 
-        # every step, blocking: p x P float32 values along each edge (the expected count of the mask)
-        traffic = (ledger.Round("neighbours", 4.0 * round(fraction * pop.num_params), edges=pop.edges),)
+        def traffic(hyper):  # every step, blocking: p x P float32 values along each edge (the mask's expected count)
+            p = hyper.get("fraction", fraction)
+            return (ledger.Round("neighbours", 4.0 * round(p * pop.num_params), edges=pop.edges),)
+
         return pop.built(step, traffic=traffic, stacked=True)
 
     label = name or f"sparta_{fraction:g}" + (f"_ring{num_neighbours}" if num_neighbours else "")
-    return methods.Method(label, build, family="sparse_averaging", configure=ring)
+    return methods.Method(label, build, family="sparse_averaging", configure=ring, per_run=methods.KIT_PER_RUN,
+                          hyper={"fraction": fraction})

@@ -33,8 +33,8 @@ def config(**kw) -> network.NetworkConfig:
     return network.NetworkConfig(**(base | kw))
 
 
-def indices_drawn(built, dataset, cfg, steps: int = 3) -> list[np.ndarray]:
-    data = network.network_data(dataset, cfg)
+def indices_drawn(built, dataset, cfg, steps: int = 3, method=None) -> list[np.ndarray]:
+    data = methods.shard_data(method, dataset, built.config) if method else network.network_data(dataset, cfg)
     state, step, out = built.init(jax.random.PRNGKey(cfg.seed)), jax.jit(built.step), []
     for _ in range(steps):
         state, info = step(state, data)
@@ -44,7 +44,7 @@ def indices_drawn(built, dataset, cfg, steps: int = 3) -> list[np.ndarray]:
 
 def test_isolated_network_sync_sgd_and_local_sgd_draw_the_same_minibatches(tiny_dataset):
     cfg = config(augment=True, seed=3)
-    drawn = {m.name: indices_drawn(methods.build(m, cfg, MODEL, tiny_dataset), tiny_dataset, cfg)
+    drawn = {m.name: indices_drawn(methods.build(m, cfg, MODEL, tiny_dataset), tiny_dataset, cfg, method=m)
              for m in (network.output_sharing(exchange.none(), name="isolated"), data_parallel.sync_sgd(),
                        local_sgd.local_sgd(1), codistillation.codistillation(2), sparta.sparta(0.1))}
     for name, got in drawn.items():
@@ -153,8 +153,8 @@ def test_a_sweep_of_any_method_equals_its_runs_alone(tiny_dataset, name, mode, r
 
 
 def test_a_sweep_refuses_runs_that_differ_in_structure(tiny_dataset):
-    with pytest.raises(ValueError, match="learning_rate"):
-        methods.sweep(local_sgd.diloco(2), [config(), config(learning_rate=0.1)], MODEL, tiny_dataset)
+    with pytest.raises(ValueError, match="batch_size"):
+        methods.sweep(local_sgd.diloco(2), [config(), config(batch_size=4)], MODEL, tiny_dataset)
 
 
 def test_sparta_at_zero_is_isolated_and_at_one_is_gossip_every_step(tiny_dataset):
@@ -244,3 +244,20 @@ def test_failures_and_augmentation_change_no_other_draw(tiny_dataset):
             np.testing.assert_array_equal(a, b, err_msg=name)
     keys = streams.step_keys(jax.random.PRNGKey(0), failures=True, augment=True)
     assert len({tuple(np.asarray(k)) for k in keys}) == len(keys) == 7  # seven different keys
+
+
+def test_a_sweep_varies_spartas_fraction_and_the_learning_rate_each_equal_to_its_run_alone(tiny_dataset):
+    """Hyperparameters per run (issue 57 item 4): SPARTA's p over 0.001-0.05 and the nodes' learning rate as data
+    of one compiled step; each run equals the run alone, and books its own bytes."""
+    method = sparta.sparta(0.01)
+    fractions = (0.001, 0.01, 0.05)
+    runs = [config(seed=s, learning_rate=lr) for s, lr in ((0, 1e-3), (1, 3e-3), (2, 1e-2))]
+    swept = methods.sweep(method, runs, MODEL, tiny_dataset, progress=False, mode="population",
+                          hyper=[{"fraction": p} for p in fractions])
+    for got, cfg, p in zip(swept, runs, fractions, strict=True):
+        assert_same(got, methods.train(method, cfg, MODEL, tiny_dataset, progress=False, hyper={"fraction": p}))
+        assert got["bytes"]["total"] == 6 * 4 * 4 * round(p * P)  # 6 steps, 4 edges, p x P float32 values
+    with pytest.raises(ValueError, match="no hyperparameter 'fractoin'; did you mean 'fraction'"):
+        methods.train(method, config(), MODEL, tiny_dataset, progress=False, hyper={"fractoin": 0.1})
+    with pytest.raises(ValueError, match="learning_rate"):  # sync SGD's optimiser is built with its rate
+        methods.sweep(data_parallel.sync_sgd(), runs[:2], MODEL, tiny_dataset, progress=False)
