@@ -32,6 +32,12 @@ DATA_DIR_ENV = "JAXCOMM_DATA_DIR"
 NUM_CLASSES = 10
 DATASET_NAMES = ("mnist", "cifar10", "mnist_sample")
 PARTITION_SCHEMES = ("iid", "dirichlet")
+STORED_BYTES_PER_IMAGE = {"cifar10": 920.85, "mnist": 165.16, "mnist_sample": 165.16}
+"""Mean bytes of one image as each dataset is stored (the ``stored`` encoding of the byte ledger), measured from
+the files in ``shared/data`` (``tests/test_data.py`` measures them again where the files are present):
+CIFAR-10, the mean size of its 60,000 JPEGs (``cifar10_jpg_official_order.tar.gz``, quality 75: 920.85 B, against
+3,072 raw); MNIST, its four official gzipped IDX image files over their 70,000 images (9,912,422 + 1,648,877 B:
+165.16 B, against 784 raw; gzip compresses the stream, so this is a mean, not a per-image size)."""
 
 _IDX_IMAGES_MAGIC = 0x00000803  # uint8 data, 3 dims
 _IDX_LABELS_MAGIC = 0x00000801  # uint8 data, 1 dim
@@ -567,6 +573,14 @@ def load_mnist_sample(*, validation_size: int = 1000) -> ImageDataset:
         _check_labels(labels, f"{ref}:{y}")
         splits.append(ImageSplit(images[..., None], labels))
     return _dataset("mnist_sample", splits[0], splits[1], validation_size)
+
+
+def stored_bytes_per_image(name: str) -> float:
+    """Mean stored bytes of one image of dataset ``name`` (:data:`STORED_BYTES_PER_IMAGE`); raises ValueError naming
+    the datasets with one for any other (synthetic test data has no stored encoding)."""
+    if name not in STORED_BYTES_PER_IMAGE:
+        raise ValueError(f"no stored encoding known for dataset {name!r}; known: {sorted(STORED_BYTES_PER_IMAGE)}")
+    return STORED_BYTES_PER_IMAGE[name]
 
 
 def padded_batches(split: ImageSplit, batch: int):

@@ -95,22 +95,34 @@ class Exchange(NamedTuple):
         return self.outgoing is not None
 
 
-def message_bytes(exchange: Exchange, batch_size: int, payload_dim: int, *, sample_bytes: int,
-                  data_model: str = "private") -> int:
-    """Bytes of one message on the wire: its inputs, the payload and an 8-byte header (0 if nothing is sent).
+def message_parts(exchange: Exchange, batch_size: int, payload_dim: int, *, sample_bytes: float,
+                  data_model: str = "private") -> dict[str, float]:
+    """Bytes of one message on the wire by part, the one place a message is counted (0 if nothing is sent):
+    ``inputs`` (the B inputs, ``private``), ``payload`` (what is said about them), ``indices`` (their int32 sample
+    indices, ``shared``) and ``headers`` (sender id and step, 8 bytes).
 
     Args:
       exchange: what the message carries besides its inputs.
       batch_size: B, samples per message.
       payload_dim: D.
-      sample_bytes: bytes of one input as the simulator holds it (a uint8 CIFAR-10 image: 3,072).
+      sample_bytes: bytes of one input on the wire: as the simulator holds it (a uint8 CIFAR-10 image: 3,072), or
+        the dataset's stored encoding (:func:`jaxcomm.data.stored_bytes_per_image`).
       data_model: one of :data:`DATA_MODELS`: "private" sends the B inputs, "shared" their int32 indices.
     """
     require(data_model in DATA_MODELS, "data_model", f"one of {DATA_MODELS}", data_model)
     if not exchange.sends:
-        return 0
-    inputs = batch_size * (sample_bytes if data_model == "private" else INDEX_BYTES)
-    return inputs + int(exchange.payload_bytes(batch_size, payload_dim)) + HEADER_BYTES
+        return {"inputs": 0.0, "payload": 0.0, "indices": 0.0, "headers": 0.0}
+    private = data_model == "private"
+    return {"inputs": float(batch_size * sample_bytes) if private else 0.0,
+            "payload": float(exchange.payload_bytes(batch_size, payload_dim)),
+            "indices": 0.0 if private else float(batch_size * INDEX_BYTES), "headers": float(HEADER_BYTES)}
+
+
+def message_bytes(exchange: Exchange, batch_size: int, payload_dim: int, *, sample_bytes: int,
+                  data_model: str = "private") -> int:
+    """Bytes of one message on the wire: the sum of :func:`message_parts` (inputs, payload, indices, header)."""
+    return int(round(sum(message_parts(exchange, batch_size, payload_dim, sample_bytes=sample_bytes,
+                                       data_model=data_model).values())))
 
 
 def none() -> Exchange:

@@ -7,8 +7,13 @@ nodes together, by kind:
 * ``payload``: what is said about them (labels, logits, features);
 * ``parameters``: parameters or gradients, dense, compressed or low-rank (all-reduce, gossip, DiLoCo's
   outer gradients, checkpoints);
-* ``indices``: sample indices (the ``shared`` data model) and message headers;
+* ``indices``: sample indices (the ``shared`` data model);
+* ``headers``: message headers (sender id and step);
 * ``coordinates``: which coordinates of a sparse parameter vector travel (top-k's int32 positions).
+
+Inputs are counted under an encoding (:data:`ENCODINGS`): ``raw``, the uint8 arrays the simulator holds, or
+``stored``, the dataset's stored size per image (:func:`jaxcomm.data.stored_bytes_per_image`: ~921 B per CIFAR-10
+JPEG against 3,072 raw); :func:`encoded` re-prices a record's inputs.
 
 :func:`record` turns a booking into the ``bytes`` record every method's history carries:
 ``{"total", "per_node_step", "by_kind": {kind: per node and step}, "data_model", "encoding"}``. The
@@ -28,9 +33,9 @@ from typing import NamedTuple
 
 from jaxcomm import exchange as exchanges
 
-KINDS = ("inputs", "payload", "parameters", "indices", "coordinates")
+KINDS = ("inputs", "payload", "parameters", "indices", "headers", "coordinates")
 DATA_MODELS = exchanges.DATA_MODELS
-ENCODINGS = ("raw",)  # inputs as the uint8 arrays held
+ENCODINGS = ("raw", "stored")  # inputs as the uint8 arrays held, or as the dataset stores them
 
 
 class Booking(NamedTuple):
@@ -40,6 +45,7 @@ class Booking(NamedTuple):
     payload: float = 0.0
     parameters: float = 0.0
     indices: float = 0.0
+    headers: float = 0.0
     coordinates: float = 0.0
 
     def __add__(self, other: Booking) -> Booking:  # type: ignore[override]
@@ -53,16 +59,12 @@ class Booking(NamedTuple):
         return float(sum(self))
 
 
-def message(exchange: exchanges.Exchange, batch_size: int, payload_dim: int, *, sample_bytes: int,
+def message(exchange: exchanges.Exchange, batch_size: int, payload_dim: int, *, sample_bytes: float,
             data_model: str = "private") -> Booking:
-    """One output-sharing message by kind; its total is :func:`jaxcomm.exchange.message_bytes`: the B inputs
-    (``private``) or their int32 indices (``shared``), the payload and the header (booked with the indices)."""
-    if not exchange.sends:
-        return Booking()
-    private = data_model == "private"
-    return Booking(inputs=float(batch_size * sample_bytes) if private else 0.0,
-                   payload=float(exchange.payload_bytes(batch_size, payload_dim)),
-                   indices=float((0 if private else batch_size * exchanges.INDEX_BYTES) + exchanges.HEADER_BYTES))
+    """One output-sharing message by kind: :func:`jaxcomm.exchange.message_parts`, whose sum is
+    :func:`jaxcomm.exchange.message_bytes`."""
+    return Booking(**exchanges.message_parts(exchange, batch_size, payload_dim, sample_bytes=sample_bytes,
+                                             data_model=data_model))
 
 
 def messages(copies: int, one: Booking) -> Booking:
@@ -129,6 +131,20 @@ def book(traffic: tuple[Round, ...], num_nodes: int, steps_done: int) -> Booking
 def per_node_step(traffic: tuple[Round, ...], num_nodes: int) -> float:
     """Bytes a schedule sends per node and step, on average over a round."""
     return sum(r.sent_per_round(num_nodes) / r.every for r in traffic) / num_nodes
+
+
+def encoded(record: dict, *, raw_per_input: float, stored_per_input: float) -> dict:
+    """A ``bytes`` record (:func:`record`, raw encoding) with its inputs re-priced under the ``stored`` encoding:
+    every input's ``raw_per_input`` bytes become ``stored_per_input`` (inputs travel whole, so the count is exact)."""
+    if record.get("encoding", "raw") != "raw":
+        raise ValueError(f"encoded: re-prices a raw record, got encoding {record['encoding']!r}")
+    by_kind = dict(record["by_kind"])
+    ratio = stored_per_input / raw_per_input
+    extra = by_kind.get("inputs", 0.0) * (ratio - 1.0)  # per node and step
+    steps_nodes = record["total"] / record["per_node_step"] if record["per_node_step"] else 0.0
+    by_kind["inputs"] = by_kind.get("inputs", 0.0) * ratio
+    return record | {"total": record["total"] + extra * steps_nodes, "per_node_step": record["per_node_step"] + extra,
+                     "by_kind": by_kind, "encoding": "stored"}
 
 
 def record(booking: Booking, *, num_nodes: int, steps: int, data_model: str = "private",

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 import flax.linen as nn
 import jax
 
-from jaxcomm import checkpoint, classifier, clock, driver, kit, ledger, validation
+from jaxcomm import checkpoint, classifier, clock, data, driver, kit, ledger, validation
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -187,8 +187,8 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
     built = _with_hyper(build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster), values)
     checkpoint.record_lift(checkpointer, built)
     config = built.config
-    data = shard_data(method, dataset, config, values)
-    result = driver.train(_system(method, built, dataset, eval_split, cluster), data,
+    shards = shard_data(method, dataset, config, values)
+    result = driver.train(_system(method, built, dataset, eval_split, cluster), shards,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
@@ -304,9 +304,15 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     return [_finish(result, b, method) for result, b in zip(results, builts, strict=True)]
 
 
-def bytes_of(result: dict, *, data_model: str | None = None) -> dict:
+def bytes_of(result: dict, *, data_model: str | None = None, encoding: str = "raw",
+             dataset: str | None = None) -> dict:
     """The ``bytes`` record of a :func:`train` or :func:`sweep` result under ``data_model`` (default the config's):
-    the same run counted as if every node held the dataset ("shared": indices travel) or not ("private")."""
-    return bytes_record(result["built"], result["state"], result["steps_done"], data_model=data_model)
-
-
+    the same run counted as if every node held the dataset ("shared": indices travel) or not ("private"); and
+    under ``encoding``: inputs as the uint8 arrays held ("raw") or as ``dataset`` (its name) stores them
+    ("stored", :func:`jaxcomm.data.stored_bytes_per_image`)."""
+    record = bytes_record(result["built"], result["state"], result["steps_done"], data_model=data_model)
+    validation.require(encoding in ledger.ENCODINGS, "encoding", f"one of {ledger.ENCODINGS}", encoding)
+    if encoding == "raw":
+        return record
+    raw = getattr(result["built"], "sample_bytes", 0) or 1  # a method that sends no inputs books none
+    return ledger.encoded(record, raw_per_input=raw, stored_per_input=data.stored_bytes_per_image(dataset))

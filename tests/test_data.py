@@ -522,3 +522,20 @@ def test_accuracy_in_batches_weights_out_the_padding():
 
     np.testing.assert_allclose(accuracy_in_batches(correct, split, 3), [100 * 3 / 7, 100.0])
     assert seen == [3, 3, 3]  # one shape for every batch
+
+
+SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "cifar10" / "cifar10_jpg_official_order.tar.gz").is_file(), reason="no shared data")
+def test_stored_bytes_per_image_are_measured_from_the_shared_files():
+    import tarfile
+
+    with tarfile.open(SHARED / "cifar10" / "cifar10_jpg_official_order.tar.gz") as archive:
+        sizes = [m.size for m in archive if m.isfile() and m.name.endswith(".jpg")]
+    assert len(sizes) == 60_000 and data.stored_bytes_per_image("cifar10") == pytest.approx(np.mean(sizes), abs=0.01)
+    images = sum((SHARED / "mnist" / f).stat().st_size for f in ("train-images-idx3-ubyte.gz",
+                                                                 "t10k-images-idx3-ubyte.gz"))
+    assert data.stored_bytes_per_image("mnist") == pytest.approx(images / 70_000, abs=0.01)
+    with pytest.raises(ValueError, match="synthetic"):
+        data.stored_bytes_per_image("synthetic")

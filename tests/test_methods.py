@@ -70,11 +70,14 @@ def test_a_message_booked_by_kind_adds_up_to_its_size():
             one = ledger.message(ex, 5, 7, sample_bytes=64, data_model=data_model)
             assert one.total == exchange.message_bytes(ex, 5, 7, sample_bytes=64, data_model=data_model)
     one = ledger.message(exchange.true_labels(), 5, 4, sample_bytes=64)
-    assert one == ledger.Booking(inputs=320.0, payload=5.0, indices=8.0)
+    assert one == ledger.Booking(inputs=320.0, payload=5.0, headers=8.0)
     record = ledger.record(ledger.messages(10, one), num_nodes=4, steps=5)
     assert record["total"] == 3330 and record["per_node_step"] == 3330 / 20
-    assert record["by_kind"] == {"inputs": 160.0, "payload": 2.5, "parameters": 0.0, "indices": 4.0,
-                                 "coordinates": 0.0}
+    assert record["by_kind"] == {"inputs": 160.0, "payload": 2.5, "parameters": 0.0, "indices": 0.0,
+                                 "headers": 4.0, "coordinates": 0.0}
+    stored = ledger.encoded(record, raw_per_input=64, stored_per_input=16)  # inputs a quarter of their raw size
+    assert stored["by_kind"]["inputs"] == 40.0 and stored["per_node_step"] == 3330 / 20 - 120.0
+    assert stored["total"] == 3330 - 120.0 * 20 and stored["encoding"] == "stored"
 
 
 P = 8 * 8 * 12 + 12 + 12 * 4 + 4  # the MLP's parameters on 8 x 8 images

@@ -42,7 +42,11 @@ def test_a_method_of_research_code_joins_the_frontier_with_its_bytes(tmp_path):
     kinds = mine["bytes_by_kind"]
     copies = kinds["inputs"] / (32 * 784)
     assert copies > 0 and kinds["payload"] == pytest.approx(copies * (32 + 4))
-    assert kinds["indices"] == pytest.approx(copies * 8) and kinds["parameters"] == 0
+    assert kinds["headers"] == pytest.approx(copies * 8) and kinds["indices"] == kinds["parameters"] == 0
+    # under the stored encoding the images are MNIST's mean stored size (jaxcomm.data.STORED_BYTES_PER_IMAGE)
+    stored = mine["bytes_by_kind_stored"]
+    assert stored["inputs"] == pytest.approx(copies * 32 * 165.16) and stored["payload"] == kinds["payload"]
+    assert mine["bytes_per_node_step_stored"] == pytest.approx(sum(stored.values()))
     assert mine["paired_diff_vs_isolated_ci95"] is not None  # paired with the built-ins on the same seeds
     assert mine["accuracy"] is not None and "confident_labels_shared" in fr.under(rows, "shared")
     assert summary["frontier"] == fr.pareto(fr.under(rows, "private"))  # compared with the built-ins
@@ -90,5 +94,6 @@ def test_a_method_on_the_node_population_joins_the_frontier_beside_gossip():
     # every step, k float32 values and k int32 positions along each edge of the ring (one out-edge per node)
     k = round(0.1 * mine["num_params"])
     assert mine["bytes_by_kind"] == {"inputs": 0.0, "payload": 0.0, "parameters": 4.0 * k, "indices": 0.0,
-                                     "coordinates": 4.0 * k}
+                                     "headers": 0.0, "coordinates": 4.0 * k}
+    assert mine["bytes_per_node_step_stored"] == mine["bytes_per_node_step"]  # no inputs travel
     assert mine["paired_diff_vs_isolated_ci95"] is not None and gossip["seeds"] == 3

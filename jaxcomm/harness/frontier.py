@@ -213,7 +213,9 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
 
     Every row: ``family``, ``spec``, :func:`seed_row`'s numbers, ``bytes_per_node_step`` (the ledger's, mean over
     seeds), ``bytes_by_kind``, ``total_bytes_per_node`` (over the horizon), ``fraction_of_dense_allreduce``,
-    ``num_params``, ``data_model``; a ``<name>_shared`` twin where the bytes differ under the shared data model.
+    ``num_params``, ``data_model``, and where the dataset has a stored encoding ``bytes_per_node_step_stored`` and
+    ``bytes_by_kind_stored`` (inputs as the dataset stores them); a ``<name>_shared`` twin where the bytes differ
+    under the shared data model.
     """
     model = config.chapter2().model(dataset.num_classes)
     name = method.name
@@ -225,6 +227,9 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
                       "steps_done": built.config.num_steps}]
     ledgers = {model_: [methods_.bytes_of(out, data_model=model_) for out in done or done_like]
                for model_ in ("private", "shared")}
+    stored = getattr(dataset, "name", None) in data.STORED_BYTES_PER_IMAGE  # inputs as the dataset stores them
+    encoded = {model_: [methods_.bytes_of(out, data_model=model_, encoding="stored", dataset=dataset.name)
+                        for out in done or done_like] for model_ in ("private", "shared")} if stored else None
     twin = any(a["total"] != b["total"] for a, b in zip(ledgers["private"], ledgers["shared"], strict=True))
     num_params = bandwidth.model_num_params(model, dataset.train.images.shape[1:])
     dense = bandwidth.allreduce_bytes(config.num_nodes, num_params)
@@ -250,6 +255,11 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
             "family": method.family, "spec": spec or name, "bytes_per_node_step": sent, "bytes_by_kind": by_kind,
             "data_model": data_model, "num_params": num_params,
             "total_bytes_per_node": sent * row["steps"], "fraction_of_dense_allreduce": sent / dense}
+        if encoded:
+            rows[name + ("_shared" if data_model == "shared" else "")] |= {
+                "bytes_per_node_step_stored": float(np.mean([r["per_node_step"] for r in encoded[data_model]])),
+                "bytes_by_kind_stored": {k: float(np.mean([r["by_kind"][k] for r in encoded[data_model]]))
+                                         for k in encoded[data_model][0]["by_kind"]}}
     row = rows[name]
     accuracy = "stopped" if row["accuracy"] is None else f"{row['accuracy']:.1f} ± {row['accuracy_sd']:.1f}"
     print(f"[{name}] accuracy {accuracy} over {row['seeds']} seeds at "
