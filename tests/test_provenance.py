@@ -1,0 +1,43 @@
+"""Every committed summary names the clean commit it ran at, or is a stated exception with its reason
+(results/PROVENANCE.md tells each one's story)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"
+
+RERUN = "a headline run from a +dirty tree, to be rerun from a clean commit after the draws by name (issue 58 item 4)"
+SUPERSEDED = "a superseded run kept beside the table that reads it, to leave the tree with that table's rerun"
+VARIANT = "a BiGAN recipe variant of Table 2.3 (+dirty: notes edited during the run); rerun with the table"
+EXCEPTIONS = {
+    "bandwidth_frontier": RERUN, "bandwidth_frontier/extra": RERUN, "language": RERUN,
+    "outputs_exchange": RERUN, "outputs_exchange/augmented": RERUN, "outputs_exchange/recipe": RERUN,
+    "outputs_exchange/studies_n100": RERUN, "outputs_exchange/studies_small": RERUN, "reliability": RERUN,
+    "teacher_selection": RERUN, "unsupervised_exchange": RERUN,
+    "benchmark/sweeps": "timings (draws do not change them); its dirt was the shipped choices table, see PROVENANCE",
+    "benchmark/gpu_h100/sweeps": "an H100 lease's sweeps, run with the donation fix committed next (PROVENANCE)",
+    "outputs_exchange/superseded": SUPERSEDED, "outputs_exchange/superseded/augmented": SUPERSEDED,
+    "outputs_exchange/superseded/augmented/extra": SUPERSEDED, "reliability/superseded": SUPERSEDED,
+    "unsupervised_exchange/superseded": SUPERSEDED,
+    **{f"unsupervised_exchange/variants/{v}": VARIANT for v in (
+        "bigan_base", "bigan_drop5", "bigan_long_base", "bigan_long_sn_smooth", "bigan_slowd", "bigan_smooth",
+        "bigan_sn", "bigan_sn_smooth")},
+}
+
+
+def commits() -> dict[str, str]:
+    return {str(path.parent.relative_to(RESULTS)): json.loads(path.read_text()).get("git_commit") or ""
+            for path in sorted(RESULTS.rglob("summary.json"))}
+
+
+def test_every_summary_names_a_clean_commit_or_a_stated_exception():
+    found = commits()
+    dirty = {folder for folder, commit in found.items() if not commit or "+dirty" in commit}
+    assert dirty - set(EXCEPTIONS) == set(), "a summary names no clean commit and states no reason"
+    assert set(EXCEPTIONS) - dirty == set(), "an exception is clean now (or gone): take it off the list"
+    # a commit, or a run's commit and those it was resumed at
+    named = re.compile(r"[0-9a-f]{40}(\+dirty)?(; resumed at [0-9a-f]{40}(\+dirty)?)*")
+    assert [folder for folder, commit in found.items() if not named.fullmatch(commit)] == []
