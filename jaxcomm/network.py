@@ -794,13 +794,25 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, na
         settings=settings)
 
 
-def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = None):
-    """Gossip averaging as a method: isolated nodes on a ring of ``num_neighbours`` out-neighbours that average
-    their parameters and BatchNorm statistics with their in-neighbours every ``every`` steps
-    (``NetworkConfig.gossip_every``); the ledger books one copy of a node's model per live edge and round."""
-    method = output_sharing(exchanges.none(), name=name or f"gossip_{every}")
-    return method._replace(family="gossip", configure=lambda c: as_network_config(c, content="none").replace(
-        topology="ring", num_neighbours=num_neighbours, gossip_every=every))
+def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = None) -> methods.Method:
+    """Gossip averaging as a method on the kit's nodes (:func:`jaxcomm.kit.nodes`): isolated nodes on a ring of
+    ``num_neighbours`` out-neighbours that average their parameters and BatchNorm statistics with their
+    in-neighbours every ``every`` steps; the ledger books one copy of a node's model per edge and round. The same
+    arithmetic as an isolated network with ``gossip_every=every`` (tested), which also lets nodes fail."""
+
+    def build(config, model, *, image_shape, num_classes):
+        pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, static_graph=True)
+
+        def step(state: kit.NodesState, data):
+            state, info = pop.local_step(state, data)
+            mix = gossip(every)(state.step - 1, state.graph, state.nodes)  # the step just taken, 0-based
+            return state._replace(nodes=mix), info
+
+        traffic = (ledger.Round("neighbours", 4.0 * pop.node_values, every=every, edges=pop.edges),)
+        return pop.built(step, traffic=traffic, stacked=True)
+
+    return methods.Method(name or f"gossip_{every}", build, family="gossip", per_run=methods.KIT_PER_RUN,
+                          configure=lambda c: c.replace(topology="ring", num_neighbours=num_neighbours))
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:

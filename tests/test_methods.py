@@ -264,3 +264,15 @@ def test_a_sweep_varies_spartas_fraction_and_the_learning_rate_each_equal_to_its
         methods.train(method, config(), MODEL, tiny_dataset, progress=False, hyper={"fractoin": 0.1})
     with pytest.raises(ValueError, match="learning_rate"):  # sync SGD's optimiser is built with its rate
         methods.sweep(data_parallel.sync_sgd(), runs[:2], MODEL, tiny_dataset, progress=False)
+
+
+def test_gossip_on_the_kit_equals_an_isolated_network_that_gossips(tiny_dataset):
+    """Gossip averaging written on the kit's nodes: the arithmetic and the bytes of the network's gossip_every."""
+    cfg = config(num_steps=6, eval_every=3)
+    kit_gossip = methods.train(network.gossip_averaging(2, num_neighbours=1), cfg, MODEL, tiny_dataset,
+                               progress=False)
+    net = methods.train(network.output_sharing(exchange.none()), cfg.replace(gossip_every=2), MODEL, tiny_dataset,
+                        progress=False)
+    jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7),
+                           kit_gossip["state"].nodes, net["state"].nodes)
+    assert kit_gossip["bytes"]["total"] == net["bytes"]["total"] == 3 * 4 * 4 * P
