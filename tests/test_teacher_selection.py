@@ -139,7 +139,9 @@ def test_rows_are_paired_with_the_baseline_seed_by_seed():
     # ratios 2 and 4, geometric mean sqrt(8) = 2.83; log-ratios' mean 1.040, sd 0.490, t(0.975, 1) = 12.706, so the
     # interval is exp(1.040 -/+ 4.404) = [0.03, 231.2]. Test accuracy differences +0.1 and +0.3: +0.20 -/+ 1.27.
     # The row's seed 1 never reaches 96.8: n.r. Compute: 3 units an update for the baseline, 5 + 2 for stack 5, so
-    # the compute speedups are the update speedups times 3/7: 1.21 [0.01, 99.09].
+    # the compute speedups are the update speedups times 3/7: 1.21 [0.01, 99.09]. Paired t-tests (1 df): accuracy
+    # t = 0.2 / 0.1 = 2, p = 0.295; updates t = 1.040 / 0.347 = 3.0, p = 0.205; compute t = 0.193 / 0.347, p = 0.677;
+    # Holm over the 3: 0.205 x 3 = 0.614, max(0.295 x 2, 0.614) = 0.614, max(0.677, 0.614) = 0.677.
     def student(row, seed, reach, test):
         steps = [500, 1000, 1500, 2000]
         return {"group": "table", "row": row, "seed": seed, "steps": steps, "test_accuracy": test,
@@ -151,6 +153,6 @@ def test_rows_are_paired_with_the_baseline_seed_by_seed():
     curves[2]["val_accuracy"][-1] = 96.9  # seed 0 of the row reaches 96.8 at 2,000, seed 1 never
     lines = paired_markdown(curves)
     row = [line for line in lines if line.startswith("| stack 5, cross-entropy, soft labels")]
-    assert row == ["| stack 5, cross-entropy, soft labels | 2 | +0.20 [-1.07, +1.47] no | 2.83 [0.03, 231.22] no | "
-                   "n.r. | 1.21 [0.01, 99.09] no |"]
+    assert row == ["| stack 5, cross-entropy, soft labels | 2 | +0.20 [-1.07, +1.47] p=0.61 no | 2.83 [0.03, 231.22] "
+                   "p=0.61 no | n.r. | 1.21 [0.01, 99.09] p=0.68 no |"]
     assert paired_markdown(curves[:2]) == [] and paired_markdown(curves[::2]) == []  # nothing to pair; 1 seed

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -254,28 +254,47 @@ def _per_seed(curves: Sequence[dict], row: str) -> dict[int, dict]:
     return {c["seed"]: c for c in curves if c["group"] == "table" and c["row"] == row}
 
 
-def _speedup_cell(base: Sequence[float], row: Sequence[float]) -> str:
-    """Geometric mean of the per-seed ratios ``base / row`` [95 % interval of their logs, exponentiated] and whether
-    it excludes 1; n.r. where a seed never got there."""
+class _Paired(NamedTuple):
+    """One paired comparison over seeds: the mean, its 95 % interval (of the log-ratios for a speedup) and n."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    ratio: bool  # a speedup (shown exponentiated, read against 1)
+
+
+def _speedup(base: Sequence[float], row: Sequence[float]) -> _Paired | None:
+    """The per-seed ratios ``base / row`` as log-ratios; None (n.r.) where a seed never got there."""
     from jaxcomm import stats  # noqa: PLC0415
 
     with np.errstate(invalid="ignore"):  # inf / inf where neither got there
         ratios = np.asarray(base, float) / np.asarray(row, float)
     if not np.all(np.isfinite(ratios)) or not np.all(ratios > 0):
-        return "n.r."
+        return None
     logs = np.log(ratios)
     lo, hi = stats.paired_ci95(logs, digits=None)
-    return f"{np.exp(logs.mean()):.2f} [{np.exp(lo):.2f}, {np.exp(hi):.2f}] {'yes' if lo > 0 or hi < 0 else 'no'}"
+    return _Paired(float(logs.mean()), lo, hi, len(logs), True)
+
+
+def _cell(c: _Paired | None, adjusted: float | None) -> str:
+    if c is None:
+        return "n.r."
+    show = np.exp if c.ratio else (lambda v: v)
+    sign = "" if c.ratio else "+"
+    text = f"{show(c.mean):{sign}.2f} [{show(c.lo):{sign}.2f}, {show(c.hi):{sign}.2f}]"
+    return text + ("" if adjusted is None else f" p={adjusted:.2g} {'yes' if adjusted < 0.05 else 'no'}")
 
 
 def paired_markdown(curves: Sequence[dict]) -> list[str]:
     """Every table row against the baseline, seed by seed (seed s has the same initialisation and data stream in
     every row): the test accuracy difference (points), the update speedup to each threshold and the compute
-    speedup to 96.5 %, each with its Student-t 95 % interval over seeds (of the log-ratios for speedups)."""
+    speedup to 96.5 %, each with its Student-t 95 % interval over seeds (of the log-ratios for speedups) and its
+    p-value Holm-adjusted over every comparison of the table (one family)."""
     from jaxcomm import stats  # noqa: PLC0415
 
     base = _per_seed(curves, "baseline")
-    lines = []
+    rows: dict[str, list[_Paired | None]] = {}
     for row in TABLE_ROWS:
         runs = _per_seed(curves, row)
         if row == "baseline" or len(runs) < 2 or set(runs) != set(base):  # an interval needs 2 seeds
@@ -283,23 +302,28 @@ def paired_markdown(curves: Sequence[dict]) -> list[str]:
         seeds = sorted(runs)
         diffs = [runs[s]["test_accuracy"] - base[s]["test_accuracy"] for s in seeds]
         lo, hi = stats.paired_ci95(diffs, digits=None)
-        cells = [f"{np.mean(diffs):+.2f} [{lo:+.2f}, {hi:+.2f}] {'yes' if lo > 0 or hi < 0 else 'no'}"]
         updates = {who: {t: [teacher.updates_to(c[s]["steps"], c[s]["val_accuracy"], t) for s in seeds]
                          for t in THRESHOLDS} for who, c in (("base", base), ("row", runs))}
-        cells += [_speedup_cell(updates["base"][t], updates["row"][t]) for t in THRESHOLDS]
         units = {who: [teacher.compute_units(u, stack_size=c[s]["stack_size"], warmup=c[s]["warmup"])
                        if np.isfinite(u) else u for s, u in zip(seeds, updates[who][96.5], strict=True)]
                  for who, c in (("base", base), ("row", runs))}
-        cells.append(_speedup_cell(units["base"], units["row"]))
-        lines.append(f"| {LABELS[row]} | {len(seeds)} | " + " | ".join(cells) + " |")
-    if not lines:
+        rows[row] = [_Paired(float(np.mean(diffs)), lo, hi, len(diffs), False),
+                     *(_speedup(updates["base"][t], updates["row"][t]) for t in THRESHOLDS),
+                     _speedup(units["base"], units["row"])]
+    if not rows:
         return []
+    flat = [c for cells in rows.values() for c in cells]
+    adjusted = iter(stats.holm([None if c is None else stats.p_value_from_ci95(c.mean, (c.lo, c.hi), c.n)
+                                for c in flat]))
+    lines = [f"| {LABELS[row]} | {cells[0].n} | " + " | ".join(_cell(c, next(adjusted)) for c in cells) + " |"
+             for row, cells in rows.items()]
     return ["", "## Paired by seed against the baseline", "",
             "Seed s draws the same initialisation and data stream in every row. Test accuracy: the row's minus the "
             "baseline's, mean [95 % interval] (Student t), in points. Speedups: the geometric mean of the per-seed "
             "ratios (the baseline's updates, or compute units, over the row's) [95 % interval of the log-ratios, "
-            "exponentiated]; n.r. where a seed of either never reached the threshold. \"yes\": the interval "
-            "excludes 0 (accuracy) or 1 (speedup), the only directions to read.", "",
+            "exponentiated]; n.r. where a seed of either never reached the threshold. p: the paired t-test's "
+            "two-sided p-value, Holm-adjusted over every comparison of this table (one family); \"yes\": adjusted "
+            "p < 0.05, the only directions to read.", "",
             "| configuration | seeds | test acc. difference | update speedup to 96.5 | update speedup to 96.8 | "
             "compute speedup to 96.5 |", "|---|---|---|---|---|---|", *lines]
 
