@@ -143,12 +143,16 @@ def table_markdown(summary: dict) -> str:
     if stored:  # inputs under both encodings: the uint8 arrays held, and as the dataset stores them
         lines[-2:] = [lines[-2].replace("| bytes / node / step |", "| bytes / node / step | stored encoding |"),
                       lines[-1] + "---|"]
+    graphs = any("graph" in row for row in rows.values())
+    if graphs:  # the graph each row ran on ("-": a method that reads none)
+        lines[-2:] = [lines[-2].replace("| family |", "| family | graph |"), lines[-1] + "---|"]
     ordered = sorted(rows.items(), key=lambda item: (item[1]["bytes_per_node_step"] is None,
                                                      item[1]["bytes_per_node_step"] or 0))
     for name, row in ordered:
         accuracy = "stopped" if row["accuracy"] is None else report.mean_sd_cell(row, "accuracy")
         of_dense = row["fraction_of_dense_allreduce"]
-        lines.append(f"| {name} | `{row['spec']}` | {row['family']} | {accuracy} | "
+        lines.append(f"| {name} | `{row['spec']}` | {row['family']} | "
+                     + (f"{row.get('graph', '-')} | " if graphs else "") + f"{accuracy} | "
                      f"{report.mean_sd_cell(row, 'avg_accuracy')} | {_vs_isolated(row)} | "
                      f"{_bytes(row['bytes_per_node_step'])} | "
                      + (f"{_bytes(row.get('bytes_per_node_step_stored'))} | " if stored else "")

@@ -47,14 +47,15 @@ def _percent(fraction: float) -> str:
 
 def outputs(content: str, recipe: recipes.Chapter2Recipe | None = None) -> methods.Method:
     """Output sharing of a named content with ``recipe``'s sharing settings (p_c, p_b at its equilibrium
-    broadcast rate over the config's graph, tau); content "none" is isolated nodes (row ``isolated``)."""
+    broadcast rate, tau) on the thesis' fully connected network; content "none" is isolated nodes (row
+    ``isolated``)."""
     recipe = recipe or recipes.cpu()
 
     def configure(c: network.NetworkConfig) -> network.NetworkConfig:
-        shared = recipe.network(c.num_nodes, content, eval_every=c.eval_every, topology=c.topology,
-                                num_neighbours=c.num_neighbours)
-        return c.replace(content=shared.content, consume_prob=shared.consume_prob,
-                         broadcast_prob=shared.broadcast_prob, temperature=shared.temperature)
+        shared = recipe.network(c.num_nodes, content, eval_every=c.eval_every)
+        return network.as_network_config(c).replace(
+            topology=shared.topology, num_neighbours=shared.num_neighbours, content=shared.content,
+            consume_prob=shared.consume_prob, broadcast_prob=shared.broadcast_prob, temperature=shared.temperature)
 
     method = network.output_sharing(None, name="isolated" if content == "none" else content)
     return method._replace(configure=configure)

@@ -156,7 +156,7 @@ def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, mo
     fr.add_paired(rows)
     assert "paired_diff_vs_isolated" not in rows["qsgd_4lvl_ef"] and "qsgd_4lvl_ef" not in fr.pareto(rows)
     table = bf.table_markdown(smoke[1] | {"rows": rows, "out_dir": "x"})
-    assert "| qsgd_4lvl_ef | `qsgd:4:ef` | compressed | stopped | - | - | 100 B |" in table
+    assert "| qsgd_4lvl_ef | `qsgd:4:ef` | compressed | - | stopped | - | - | 100 B |" in table  # no graph read
     assert "qsgd_4lvl_ef stopped: seed 1: diverged" in table
 
 

@@ -35,6 +35,7 @@ def test_a_method_of_research_code_joins_the_frontier_with_its_bytes(tmp_path):
     summary = fr.run(config, methods=[CONFIDENT], progress=False)
     rows = summary["rows"]
     assert list(rows) == ["isolated", "sync_sgd", "confident_labels", "confident_labels_shared"]
+    assert rows["sync_sgd"]["graph"] == "-" and rows["confident_labels"]["graph"] == "ring(1)"  # its own configure
     mine = rows["confident_labels"]
     assert mine["seeds"] == 3 and mine["family"] == "outputs" and mine["spec"] == "confident_labels"
     assert len({p["accuracy"] for p in mine["per_seed"]}) > 1  # three different seeds
@@ -57,7 +58,7 @@ def test_a_method_of_research_code_joins_the_frontier_with_its_bytes(tmp_path):
 from jaxcomm import kit, ledger, methods, topology  # noqa: E402
 
 
-def choco_gossip(fraction: float, step_size: float = 0.5, num_neighbours: int = 1) -> methods.Method:
+def choco_gossip(fraction: float, step_size: float = 0.5) -> methods.Method:
     """Koloskova et al. (2019), CHOCO-SGD: each node keeps a public copy x_hat of every node's parameters, sends
     only the top-k coordinates of x - x_hat (values and positions) and moves toward the mix of the copies."""
 
@@ -81,8 +82,7 @@ def choco_gossip(fraction: float, step_size: float = 0.5, num_neighbours: int = 
         return pop.built(step, traffic=sent, extra=lambda nodes: jnp.zeros((config.num_nodes, pop.num_params)),
                          stacked=True)
 
-    return methods.Method(f"choco_top{fraction:g}", build, family="gossip",
-                          configure=lambda c: c.replace(topology="ring", num_neighbours=num_neighbours))
+    return methods.Method(f"choco_top{fraction:g}", build, family="gossip")  # on the config's graph
 
 
 def test_a_method_on_the_node_population_joins_the_frontier_beside_gossip():
@@ -97,3 +97,5 @@ def test_a_method_on_the_node_population_joins_the_frontier_beside_gossip():
                                      "headers": 0.0, "coordinates": 4.0 * k}
     assert mine["bytes_per_node_step_stored"] == mine["bytes_per_node_step"]  # no inputs travel
     assert mine["paired_diff_vs_isolated_ci95"] is not None and gossip["seeds"] == 3
+    # the frontier's one stated graph: the research method runs on gossip's ring, output sharing on its full graph
+    assert mine["graph"] == gossip["graph"] == "ring(1)" and rows["isolated"]["graph"] == "full"

@@ -154,8 +154,23 @@ PRESETS = {"smoke": smoke_config, "cpu": cpu_config, "thesis": thesis_config}
 
 def base_network(config: FrontierConfig, seed: int):
     """The network config every method starts from (its ``configure`` sets what it needs, e.g. output sharing's
-    p_c and p_b): the chapter-2 rows' nodes, shards, batch, optimiser, schedule and horizon, sharing nothing."""
-    return config.chapter2().network(config.num_nodes, "none", eval_every=config.eval_every).replace(seed=seed)
+    p_c and p_b): the chapter-2 rows' nodes, shards, batch, optimiser, schedule and horizon, sharing nothing, on
+    the frontier's one stated graph, gossip's ring of ``gossip_neighbours``: every method that reads the config's
+    graph (gossip, sparse averaging, a researcher's own) runs on it unless it sets its own (output sharing: the
+    thesis' fully connected network)."""
+    return config.chapter2().network(config.num_nodes, "none", eval_every=config.eval_every).replace(
+        seed=seed, topology="ring", num_neighbours=config.gossip_neighbours)
+
+
+def graph_name(config) -> str:
+    """How a table names a run's graph: "full", "ring(p)", or the topology's name."""
+    return f"ring({config.num_neighbours})" if config.topology == "ring" else config.topology
+
+
+def uses_graph(method: methods_.Method, built) -> bool:
+    """Whether a method's runs read the graph: output sharing, or a schedule that sends to neighbours."""
+    traffic = getattr(built, "traffic", ())
+    return method.family == "outputs" or (not callable(traffic) and any(r.pattern == "neighbours" for r in traffic))
 
 
 def train_seeds(config: FrontierConfig, method: methods_.Method, dataset, model, *,
@@ -213,7 +228,8 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
 
     Every row: ``family``, ``spec``, :func:`seed_row`'s numbers, ``bytes_per_node_step`` (the ledger's, mean over
     seeds), ``bytes_by_kind``, ``total_bytes_per_node`` (over the horizon), ``fraction_of_dense_allreduce``,
-    ``num_params``, ``data_model``, and where the dataset has a stored encoding ``bytes_per_node_step_stored`` and
+    ``num_params``, ``data_model``, ``graph`` (the graph it ran on, "-" for a method that reads none), and where
+    the dataset has a stored encoding ``bytes_per_node_step_stored`` and
     ``bytes_by_kind_stored`` (inputs as the dataset stores them); a ``<name>_shared`` twin where the bytes differ
     under the shared data model.
     """
@@ -251,8 +267,10 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
         sent = float(np.mean([r["per_node_step"] for r in ledgers[data_model]]))
         by_kind = {k: float(np.mean([r["by_kind"][k] for r in ledgers[data_model]]))
                    for k in ledgers[data_model][0]["by_kind"]}
+        built = (done or done_like)[0]["built"]
         rows[name + ("_shared" if data_model == "shared" else "")] = row | {
             "family": method.family, "spec": spec or name, "bytes_per_node_step": sent, "bytes_by_kind": by_kind,
+            "graph": graph_name(built.config) if uses_graph(method, built) else "-",
             "data_model": data_model, "num_params": num_params,
             "total_bytes_per_node": sent * row["steps"], "fraction_of_dense_allreduce": sent / dense}
         if encoded:
