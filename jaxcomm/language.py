@@ -630,14 +630,28 @@ class TrainData(NamedTuple):
 
 
 class AgentFunctions(NamedTuple):
-    """The pure functions of a population (:func:`make_agents`)."""
+    """The pure functions of a population of S members (:func:`make_agents`).
 
-    init: Any  # init(keys [S, 2]) -> AgentsState
-    step: Any  # step(state, (TrainData, MemberArrays)) -> (state, info of [S] scalars), pure
-    evaluate: Any  # evaluate(gen_b, probe, images, labels, weight, arrays) -> [S] weighted correct, jitted
-    diagnose: Any  # diagnose(params, images, arrays) -> dict of [S], jitted
-    features: Any  # features(gen_b, images [B, H, W, 1], arrays) -> [S, B, hidden[-1]] of B's views, jitted
-    symbols: Any  # symbols(params, images [B, H, W, 1], arrays) -> {"a", "b"}: [S, B, L] argmax messages, jitted
+    Attributes:
+      init: ``init(keys [S, 2]) -> AgentsState``.
+      step: ``step(state, (TrainData, MemberArrays)) -> (state, info)``, pure; ``info`` holds ``[S]`` scalars.
+      evaluate: ``evaluate(gen_b, probe, images, labels, weight, arrays) -> [S]`` weighted correct answers of B's
+        probe, jitted.
+      diagnose: ``diagnose(params, images, arrays) -> dict`` of ``[S]`` diagnostics (critic accuracy, agreement,
+        mutual information, distinct messages), jitted.
+      features: ``features(gen_b, images uint8 [B, H, W, 1], arrays) -> [S, B, hidden[-1]]``, the student's last
+        hidden layer on its own views (what the probe reads), jitted.
+      symbols: ``symbols(params, images uint8 [B, H, W, 1], arrays) -> {"a": [S, B, L], "b": [S, B, L]}``, each
+        agent's hard message (the argmax symbol of each of the L heads) for every member on its own view of the
+        images, jitted: what :func:`jaxcomm.language_metrics.language_report` reads.
+    """
+
+    init: Any
+    step: Any
+    evaluate: Any
+    diagnose: Any
+    features: Any
+    symbols: Any
 
 
 def seed_key(config: AgentsConfig, seed: int) -> jax.Array:
