@@ -16,7 +16,7 @@ EXCEPTIONS = {
     "bandwidth_frontier": RERUN, "bandwidth_frontier/extra": RERUN, "language": RERUN,
     "outputs_exchange": RERUN, "outputs_exchange/augmented": RERUN, "outputs_exchange/recipe": RERUN,
     "outputs_exchange/studies_n100": RERUN, "outputs_exchange/studies_small": RERUN, "reliability": RERUN,
-    "teacher_selection": RERUN, "unsupervised_exchange": RERUN,
+    "unsupervised_exchange": RERUN,
     "benchmark/sweeps": "timings (draws do not change them); its dirt was the shipped choices table, see PROVENANCE",
     "benchmark/gpu_h100/sweeps": "an H100 lease's sweeps, run with the donation fix committed next (PROVENANCE)",
     "outputs_exchange/superseded": SUPERSEDED, "outputs_exchange/superseded/augmented": SUPERSEDED,
