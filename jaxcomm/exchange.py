@@ -80,6 +80,10 @@ class Exchange(NamedTuple):
         :data:`jaxcomm.driver.DIVERGENCE`) applies to a node's loss: True for losses on the scale
         of a cross-entropy (about log C untrained); False for a regression onto unbounded
         features, whose scale grows with them (then only a non-finite loss stops a run).
+      content_bytes: optional ``content_bytes(outgoing [B, D]) -> []``: the payload's bytes of one message computed
+        from what it carries, in the step (e.g. labels sent only for the confident samples, plus a bit mask). Where
+        given, the ledger books every copy's payload at this size instead of ``payload_bytes(B, D)``, which then
+        bounds it (the clock prices a message at the bound).
     """
 
     name: str
@@ -88,6 +92,7 @@ class Exchange(NamedTuple):
     loss: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None
     payload_bytes: Callable[[int, int], int]
     watched: bool = True
+    content_bytes: Callable[[jax.Array], jax.Array] | None = None
 
     @property
     def sends(self) -> bool:

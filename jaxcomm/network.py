@@ -264,6 +264,8 @@ class NetworkState(NamedTuple):
         round), booked in the byte ledger (:func:`booking`).
       transit: messages in flight (:class:`jaxcomm.inbox.Transit`) of a network built for a cluster
         (``make_network(cluster=)``); None: messages arrive at once.
+      payload_sent: ``[] int32`` payload bytes of every message copy sent, each counted from what it carried, for
+        an exchange with ``content_bytes`` (:class:`jaxcomm.exchange.Exchange`); None otherwise.
     """
 
     nodes: population.NodeState
@@ -276,6 +278,7 @@ class NetworkState(NamedTuple):
     alive: jax.Array
     param_copies: jax.Array
     transit: inbox.Transit | None = None
+    payload_sent: jax.Array | None = None
 
 
 class StepInfo(NamedTuple):
@@ -581,6 +584,7 @@ def make_network(
     else:  # a program's own step, in one piece
         node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
     mix = gossip(config.gossip_every) if config.gossip_every else None
+    by_content = sends and exchange.content_bytes is not None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
     sample_bytes = int(np.prod(image_shape))
     message_bytes = exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
@@ -602,7 +606,8 @@ def make_network(
         return NetworkState(nodes, box, jnp.asarray(graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool),
                             jnp.zeros((), jnp.int32), keys.run, keys.graph, everyone, everyone,
                             jnp.zeros((), jnp.int32),
-                            None if delays is None else inbox.transit_init(delays, b, payload_dim))
+                            None if delays is None else inbox.transit_init(delays, b, payload_dim),
+                            jnp.zeros((), jnp.int32) if by_content else None)
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         tuned = data.settings
@@ -639,17 +644,23 @@ def make_network(
         adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
         if not config.rebroadcast:
             broadcast = broadcast & ~got
+        payload_sent = state.payload_sent
         if sends:
             sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
                                  jnp.full((n,), state.step, jnp.int32))
             receivers = adj & alive[None, :] if failures is not None else adj
+            if by_content:  # every copy's payload at the size of what it carries
+                copies = jnp.sum(broadcast[:, None] & receivers, axis=1, dtype=jnp.int32)  # [N]
+                sizes = jnp.round(jax.vmap(exchange.content_bytes)(outgoing)).astype(jnp.int32)  # [N] whole bytes
+                payload_sent = payload_sent + jnp.sum(copies * sizes)
             if transit is None:
                 box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
             else:
                 box, transit = inbox.send(box, transit, sent, broadcast[:, None] & receivers, state.step, delays,
                                           overflow=config.overflow)
         new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=keys.next, up=up,
-                                   alive=alive, param_copies=param_copies, transit=transit)
+                                   alive=alive, param_copies=param_copies, transit=transit,
+                                   payload_sent=payload_sent)
         return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
 
     abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only
@@ -715,6 +726,8 @@ def booking(network: Network, state: NetworkState, *, data_model: str | None = N
     one = ledger.message(network.exchange, network.config.batch_size, network.payload_dim,
                          sample_bytes=network.sample_bytes, data_model=data_model)
     sent = ledger.messages(counter_totals(state)["sent"], one)
+    if getattr(state, "payload_sent", None) is not None:  # each copy's payload as large as what it carried
+        sent = sent._replace(payload=float(population.to_host(state.payload_sent)))
     return sent + ledger.to_neighbours(int(population.to_host(state.param_copies)), network.node_values)
 
 

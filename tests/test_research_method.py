@@ -7,10 +7,12 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxcomm import exchange, network
 from jaxcomm.harness import frontier as fr
+from jaxcomm.models import MLP
 
 
 def confident_labels(threshold: float = 0.5) -> exchange.Exchange:
@@ -99,3 +101,39 @@ def test_a_method_on_the_node_population_joins_the_frontier_beside_gossip():
     assert mine["paired_diff_vs_isolated_ci95"] is not None and gossip["seeds"] == 3
     # the frontier's one stated graph: the research method runs on gossip's ring, output sharing on its full graph
     assert mine["graph"] == gossip["graph"] == "ring(1)" and rows["isolated"]["graph"] == "full"
+
+
+# ---- bytes by content: a message books the payload it carries (issue 59 item 3) ----
+
+
+def zeros_only() -> exchange.Exchange:
+    """Labels sent only for the samples of class 0, each as one uint8, with a bit mask of which: the payload of a
+    message depends on what it carries (content_bytes), not only on its batch size."""
+
+    def outgoing(logits, features, targets, received, consumed):
+        return jnp.where(consumed, received, targets * targets[:, :1])  # class 0's one-hot rows, zeros elsewhere
+
+    return exchange.Exchange("zeros_only", lambda num_classes, feature_dim: num_classes, outgoing,
+                             lambda logits, features, received: exchange.cross_entropy(logits, received),
+                             lambda batch, dim: batch + (batch + 7) // 8,  # the bound: every sample sent
+                             content_bytes=lambda out: jnp.sum(jnp.any(out != 0, axis=-1)) + (out.shape[0] + 7) // 8)
+
+
+def test_a_message_books_the_bytes_of_what_it_carries(tiny_dataset):
+    """Hand count: every node broadcasts its local batch to its one out-neighbour each step; a copy's payload is
+    its class-0 samples (1 byte each) and a 1-byte mask, where the static count books 5 + 1 for every copy."""
+    cfg = network.NetworkConfig(num_nodes=4, num_neighbours=1, batch_size=5, consume_prob=0.0, broadcast_prob=1.0,
+                                num_steps=3, eval_every=3, backend="vmap", step_loop="scan", seed=1)
+    net = network.make_network(cfg, MLP(hidden=(12,), num_classes=4), image_shape=(8, 8, 1), num_classes=4,
+                               exchange=zeros_only())
+    data, state, step = network.network_data(tiny_dataset, cfg), net.init(jax.random.PRNGKey(1)), jax.jit(net.step)
+    expected = 0
+    for _ in range(3):
+        state, info = step(state, data)
+        labels = tiny_dataset.train.labels[np.asarray(info.indices)]  # [4 nodes, 5]
+        expected += int(np.sum(labels == 0)) + 4 * 1  # their class-0 samples and one mask byte a copy
+    booked = network.booking(net, state)
+    copies = network.counter_totals(state)["sent"]
+    assert copies == 12 and 0 < expected < copies * 6
+    assert int(state.payload_sent) == booked.payload == expected
+    assert booked.headers == copies * 8 and booked.inputs == copies * 5 * 64
