@@ -396,3 +396,25 @@ def test_report_merges_single_seed_runs_that_train_by_the_same_recipe(tmp_path):
 def test_the_frontier_experiments_import_no_experiment(script):
     source = (ROOT / "experiments" / script).read_text()
     assert "import experiments" not in source and "from experiments" not in source and "sys.path" not in source
+
+
+def test_a_run_kept_by_the_experiment_loads_back_in_a_fresh_process(tmp_path):
+    """Issue 59 item 4: one call loads a saved run with its config, model and method, without training."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "frontier"
+    assert bf.cli(["--preset", "smoke", "--out", str(out), "--keep-checkpoints", "methods=outputs:none,sync",
+                   "num_seeds=2"]) == 0
+    want = {p["seed"]: p for p in json.loads((out / "summary.json").read_text())["rows"]["sync_sgd"]["per_seed"]}
+    code = ("import json, sys; from jaxcomm.harness import frontier; r = frontier.load_run(sys.argv[1], 'sync_sgd', 1);"
+            " print(json.dumps({'accuracy': r['final']['avg_accuracy'], 'steps': r['steps_done'], 'resumed':"
+            " r['resumed_from'], 'method': r['method'].name, 'nodes': r['config'].num_nodes}))")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["accuracy"] == pytest.approx(want[1]["avg_accuracy"]) and got["method"] == "sync_sgd"
+    assert got["resumed"] == got["steps"] == want[1]["steps"] and got["nodes"] == 4
+    with pytest.raises(KeyError, match="no row 'sinc_sgd'"):
+        fr.load_run(out, "sinc_sgd", 1)

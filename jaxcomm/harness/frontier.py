@@ -283,6 +283,52 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
     print(f"[{name}] accuracy {accuracy} over {row['seeds']} seeds at "
           f"{row['bytes_per_node_step'] or 0:,.0f} B/node/step in {row['wall_seconds']:.0f} s", flush=True)
     return {"rows": rows, "curves": curves}
+def load_run(out_dir: str | pathlib.Path, row: str, seed: int, *, methods: Sequence[methods_.Method] = ()) -> dict:
+    """A run of a frontier experiment saved with ``--keep-checkpoints``, back from its checkpoints without a training
+    step, with everything needed to use it.
+
+    Args:
+      out_dir: the experiment's folder (its ``summary.json`` and ``checkpoints/``).
+      row: a row of its table (a ``_shared`` twin is the same run).
+      seed: one of the run's seeds.
+      methods: method values of research code the run trained (matched by name); the others are rebuilt from the
+        row's spec (:func:`jaxcomm.zoo.parse`).
+
+    Returns:
+      :func:`jaxcomm.methods.sweep`'s dict of that seed (``state``: every node's model and optimiser state;
+      ``history``; ``bytes``; ``built``) plus ``method`` (the value), ``config`` (the run's), ``model`` and
+      ``dataset``.
+
+    Raises:
+      KeyError naming the rows, ValueError naming the seeds, FileNotFoundError where no checkpoint was kept.
+    """
+    out = pathlib.Path(out_dir)
+    summary = results.read_run(out)[0]
+    name = row.removesuffix("_shared")
+    if name not in summary["rows"]:
+        raise KeyError(f"no row {row!r} in {out / 'summary.json'}; its rows: {', '.join(summary['rows'])}")
+    config = results.config_from(FrontierConfig, summary["config"])
+    seeds = config.seeds()
+    if seed not in seeds:
+        raise ValueError(f"seed {seed} is not one of the run's seeds {seeds}")
+    chapter2 = config.chapter2()
+    method = {m.name: m for m in methods}.get(name) or zoo.parse(
+        summary["rows"][name]["spec"], recipe=chapter2, gossip_neighbours=config.gossip_neighbours)
+    dataset = chapter2.load()
+    model = chapter2.model(dataset.num_classes)
+    saved = Checkpoints(out / "checkpoints", every=1, resume=True)
+    alone = out / "checkpoints" / f"{method.name}_seed{seed}"  # a sweep that stopped went on seed by seed
+    if alone.is_dir():
+        got = methods_.load(method, base_network(config, seed), model, dataset, str(alone))
+    elif (out / "checkpoints" / method.name).is_dir():
+        got = methods_.sweep(method, [base_network(config, s) for s in seeds], model, dataset, progress=False,
+                             checkpointer=saved.run(method.name))[seeds.index(seed)]
+    else:
+        raise FileNotFoundError(f"no checkpoints of {method.name} in {out / 'checkpoints'}: run the experiment "
+                                "with --keep-checkpoints")
+    return got | {"method": method, "config": got["built"].config, "model": model, "dataset": dataset}
+
+
 def pareto(rows: dict[str, dict]) -> list[str]:
     """Rows no row with fewer or equal bytes per node and step beats on (mean) accuracy, by bytes; rows without an
     accuracy (a seed stopped) or bytes are left out."""
