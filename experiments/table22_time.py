@@ -268,7 +268,62 @@ def table_markdown(summary: dict) -> str:
                     cells += [_seconds(again["seconds"].get(s), horizon), "-" if ratio is None else f"{ratio:.2f}x"]
                 lines.append(f"| {name}, in flight | | | | {timed['delay_steps']} | " + " | ".join(cells) + " |")
         lines.append("")
-    return "\n".join(lines + rerun_markdown(summary) + reading(summary))
+    return "\n".join(lines + paired_markdown(summary) + rerun_markdown(summary) + reading(summary))
+
+
+def paired_speedups(summary: dict, link: str) -> list[dict]:
+    """Every row's speed-up over the single node on ``link``, seed by seed (seed s of the row against seed s of the
+    single node, the seconds each needs to its first evaluation at the target): the geometric mean, the 95 %
+    interval of the log-ratios and the paired t-test's p-value, Holm-adjusted over the link's rows and splits;
+    ``mean`` None ("n.r.") where a seed of either never reached the target within the horizon."""
+    spec = summary["links"][link]
+    cluster = clock.Cluster(clock.Compute(summary["seconds_per_step"]),
+                            clock.Link(**{k: spec[k] for k in clock.Link._fields if k in spec}))
+    single = summary["rows"][SINGLE]
+    out = []
+    for name, row in summary["rows"].items():
+        for split in (s for s in row["steps"] if name != SINGLE and s in single["steps"]):
+            pairs = [(seconds_at(cluster, single["nodes"], single["bytes_per_node_step"], a),
+                      seconds_at(cluster, row["nodes"], row["bytes_per_node_step"], b))
+                     for a, b in zip(single["steps"][split], row["steps"][split], strict=True)]
+            test = {"row": name, "split": split, "seeds": len(pairs), "mean": None, "ci": None, "p": None}
+            if pairs and all(a is not None and b is not None for a, b in pairs):
+                logs = np.log([a / b for a, b in pairs])
+                lo, hi = stats.paired_ci95(logs, digits=None)
+                tie = np.ptp(logs) < 1e-12  # every seed the same ratio (evaluations every few hundred steps)
+                test |= {"mean": float(logs.mean()), "ci": [lo, hi],
+                         "p": None if tie else stats.p_value_from_ci95(float(logs.mean()), (lo, hi), len(logs))}
+            out.append(test)
+    for test, adjusted in zip(out, stats.holm([t["p"] for t in out]), strict=True):
+        test["holm"] = adjusted
+    return out
+
+
+def paired_markdown(summary: dict) -> list[str]:
+    """The speed-ups of the tables above, seed by seed instead of the median seed (:func:`paired_speedups`)."""
+    lines = ["## Speed-ups paired by seed", "",
+             "Seed s of a row against seed s of the single node: the geometric mean of the per-seed speed-ups "
+             "[95 % interval of the log-ratios, exponentiated], the paired t-test's p-value Holm-adjusted over each "
+             "link's rows and splits; n.r.: a seed of either never reached the target within the horizon; zero "
+             "spread: every seed gave the same ratio (the curves are evaluated every few hundred steps), not "
+             "tested. A direction is read only where the adjusted p-value is below 0.05.", ""]
+    for link in summary["links"]:
+        tests = paired_speedups(summary, link)
+        if not tests:
+            continue
+        lines += [f"**{link}**", "", "| row | split | seeds | speed-up [95 % CI] | p (Holm) | direction |",
+                  "|---|---|---|---|---|---|"]
+        for t in tests:
+            if t["mean"] is None:
+                lines.append(f"| {t['row']} | {t['split']} | {t['seeds']} | n.r. | - | - |")
+                continue
+            lo, hi = (np.exp(v) for v in t["ci"])
+            word = ("zero spread, not tested" if t["holm"] is None else "faster" if t["holm"] < 0.05 and t["mean"] > 0
+                    else "slower" if t["holm"] < 0.05 else "none (adjusted p >= 0.05)")
+            lines.append(f"| {t['row']} | {t['split']} | {t['seeds']} | {np.exp(t['mean']):.2f}x [{lo:.2f}, "
+                         f"{hi:.2f}] | {_p(t['holm'])} | {word} |")
+        lines.append("")
+    return lines
 
 
 def rerun_tests(summary: dict) -> list[dict]:

@@ -118,3 +118,22 @@ def test_a_row_trained_again_with_its_messages_in_flight_is_paired_with_the_inst
     table = (out_dir / "table.md").read_text()
     assert "## Trained with the messages in flight" in table and "| 10_nodes_true_labels, in flight |" in table
     assert "Holm-adjusted over the 6 comparisons" in table  # 2 links x 3 accuracies
+
+
+def test_speed_ups_are_paired_by_seed():
+    """Hand-computed: on the instant link a step is 1 s; the single node reaches the target at 1,000 and 2,000 steps,
+    the row at 500 and 500: ratios 2 and 4, geometric mean 2.83, log-ratios 0.693 and 1.386 (mean 1.040, sd 0.490,
+    t(0.975, 1) = 12.706: exp(1.040 -/+ 4.404) = [0.03, 231.2]); a row with a seed that never got there is n.r.;
+    one whose seeds all gave the same ratio is not tested."""
+    rows = {t22.SINGLE: {"nodes": 1, "bytes_per_node_step": 0.0, "steps": {"test": [1000, 2000]}},
+            "fast": {"nodes": 10, "bytes_per_node_step": 0.0, "steps": {"test": [500, 500]}},
+            "stuck": {"nodes": 10, "bytes_per_node_step": 0.0, "steps": {"test": [500, None]}},
+            "tied": {"nodes": 10, "bytes_per_node_step": 0.0, "steps": {"test": [250, 500]}}}
+    summary = {"rows": rows, "seconds_per_step": 1.0, "links": {"instant": clock.INSTANT._asdict()}}
+    fast, stuck, tied = t22.paired_speedups(summary, "instant")
+    assert np.exp(fast["mean"]) == pytest.approx(np.sqrt(8)) and fast["seeds"] == 2
+    assert np.exp(fast["ci"][0]) == pytest.approx(0.0345, abs=1e-3) and np.exp(fast["ci"][1]) == pytest.approx(
+        231.2, rel=1e-3)
+    assert stuck["mean"] is None and tied["p"] is None and np.exp(tied["mean"]) == pytest.approx(4.0)
+    assert fast["holm"] == pytest.approx(fast["p"])  # the only tested comparison of its family
+    assert "| fast | test | 2 | 2.83x [0.03, 231.22] | 0.205 |" in "\n".join(t22.paired_markdown(summary))
