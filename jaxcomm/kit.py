@@ -342,7 +342,8 @@ class Population:
     @staticmethod
     def flat_params(state: NodesState) -> jax.Array:
         """Every node's parameters as one float32 vector: ``[N, P]`` (the order of
-        :func:`jax.flatten_util.ravel_pytree`)."""
+        :func:`jax.flatten_util.ravel_pytree`); the nodes stacked (a method that reads them all every step builds
+        with ``stacked=True``)."""
         return jax.vmap(lambda params: ravel_pytree(params)[0])(state.nodes.params)
 
     def with_flat_params(self, state: NodesState, flat: jax.Array) -> NodesState:
