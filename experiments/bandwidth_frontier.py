@@ -23,7 +23,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
-from jaxcomm import recipes
+from jaxcomm import data, recipes
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import frontier, report
 from jaxcomm.harness.frontier import multi_seed
@@ -88,6 +88,27 @@ def _vs_isolated(row: dict) -> str:
     return f"{diff:+.1f}" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
 
 
+def stored_bytes(summary: dict, row: dict) -> float | None:
+    """A row's bytes per node and step with its inputs counted as the dataset stores them (the ``stored``
+    encoding, :data:`jaxcomm.data.STORED_BYTES_PER_IMAGE`): the run's own count where it made one; else re-priced
+    from the row's record, exactly, since inputs travel whole: its inputs by kind, or (runs before the ledger's
+    kinds) the B raw images of each of its private output-sharing messages. None without bytes or a stored size."""
+    dataset, sent = summary.get("dataset"), row.get("bytes_per_node_step")
+    if "bytes_per_node_step_stored" in row:
+        return row["bytes_per_node_step_stored"]
+    if sent is None or dataset not in data.STORED_BYTES_PER_IMAGE:
+        return None
+    ratio = data.STORED_BYTES_PER_IMAGE[dataset] / data.RAW_BYTES_PER_IMAGE[dataset]
+    if "bytes_by_kind" in row:
+        inputs = row["bytes_by_kind"].get("inputs", 0.0)
+    elif row.get("family") == "outputs" and row.get("data_model") != "shared" and row.get("message_bytes"):
+        batch = (summary.get("chapter2_config") or {})["batch_size"]
+        inputs = sent * batch * data.RAW_BYTES_PER_IMAGE[dataset] / row["message_bytes"]
+    else:  # no message of this row carries inputs
+        inputs = 0.0
+    return sent - inputs + inputs * ratio
+
+
 def front_sentence(rows: dict[str, dict], on: list[str], data_model: str) -> str:
     """The Pareto front named in order of bytes, each point with its bytes and accuracy."""
     points = " → ".join(f"{n} ({_bytes(rows[n]['bytes_per_node_step'])}, {report.mean_sd_cell(rows[n], 'accuracy')})"
@@ -139,7 +160,7 @@ def table_markdown(summary: dict) -> str:
         "of dense | wall s | Pareto front |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    stored = any("bytes_per_node_step_stored" in row for row in rows.values())
+    stored = any(stored_bytes(summary, row) is not None for row in rows.values())
     if stored:  # inputs under both encodings: the uint8 arrays held, and as the dataset stores them
         lines[-2:] = [lines[-2].replace("| bytes / node / step |", "| bytes / node / step | stored encoding |"),
                       lines[-1] + "---|"]
@@ -155,14 +176,14 @@ def table_markdown(summary: dict) -> str:
                      + (f"{row.get('graph', '-')} | " if graphs else "") + f"{accuracy} | "
                      f"{report.mean_sd_cell(row, 'avg_accuracy')} | {_vs_isolated(row)} | "
                      f"{_bytes(row['bytes_per_node_step'])} | "
-                     + (f"{_bytes(row.get('bytes_per_node_step_stored'))} | " if stored else "")
+                     + (f"{_bytes(stored_bytes(summary, row))} | " if stored else "")
                      + f"{_bytes(row['total_bytes_per_node'])} | "
                      f"{'-' if of_dense is None else f'{of_dense:.2e}'} | {row['wall_seconds']:.0f} | "
                      f"{', '.join(model for model in on if name in on[model])} |")
     lines += ["", front_sentence(rows, summary.get("frontier", []), "private"), "",
               front_sentence(rows, summary.get("frontier_shared", []), "shared")]
     if stored:
-        as_stored = {n: r | {"bytes_per_node_step": r.get("bytes_per_node_step_stored")}
+        as_stored = {n: r | {"bytes_per_node_step": stored_bytes(summary, r)}
                      for n, r in frontier.under(rows, "private").items()}
         lines += ["", front_sentence(as_stored, frontier.pareto(as_stored), "private")[:-1]
                   + "; inputs counted as the dataset stores them (stored encoding, `jaxcomm.data.STORED_BYTES_PER_"

@@ -32,6 +32,8 @@ DATA_DIR_ENV = "JAXCOMM_DATA_DIR"
 NUM_CLASSES = 10
 DATASET_NAMES = ("mnist", "cifar10", "mnist_sample")
 PARTITION_SCHEMES = ("iid", "dirichlet")
+RAW_BYTES_PER_IMAGE = {"cifar10": 32 * 32 * 3, "mnist": 28 * 28, "mnist_sample": 28 * 28}
+"""Bytes of one image as the loaders hold it (uint8 pixels): the ``raw`` encoding of the byte ledger."""
 STORED_BYTES_PER_IMAGE = {"cifar10": 920.85, "mnist": 165.16, "mnist_sample": 165.16}
 """Mean bytes of one image as each dataset is stored (the ``stored`` encoding of the byte ledger), measured from
 the files in ``shared/data`` (``tests/test_data.py`` measures them again where the files are present):
