@@ -418,3 +418,16 @@ def test_a_run_kept_by_the_experiment_loads_back_in_a_fresh_process(tmp_path):
     assert got["resumed"] == got["steps"] == want[1]["steps"] and got["nodes"] == 4
     with pytest.raises(KeyError, match="no row 'sinc_sgd'"):
         fr.load_run(out, "sinc_sgd", 1)
+
+
+def test_rows_are_repriced_under_the_stored_encoding_by_hand():
+    """One private message a node and step of 32 CIFAR-10 images (98,304 B raw) + 40 B: 32 x 920.85 + 40 stored; a
+    shared twin and a gradient row carry no image; a row with kinds re-prices its inputs alone."""
+    summary = {"dataset": "cifar10", "chapter2_config": {"batch_size": 32}}
+    private = {"bytes_per_node_step": 98_344.0, "family": "outputs", "data_model": "private", "message_bytes": 98_344}
+    assert bf.stored_bytes(summary, private) == pytest.approx(32 * 920.85 + 40)
+    assert bf.stored_bytes(summary, private | {"data_model": "shared", "bytes_per_node_step": 168.0}) == 168.0
+    assert bf.stored_bytes(summary, {"bytes_per_node_step": 1e6, "family": "sync"}) == 1e6
+    kinds = {"bytes_per_node_step": 5000.0, "bytes_by_kind": {"inputs": 3072.0}}
+    assert bf.stored_bytes(summary, kinds) == pytest.approx(5000 - 3072 + 920.85)
+    assert bf.stored_bytes(summary | {"dataset": "synthetic"}, private) is None
