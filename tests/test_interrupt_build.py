@@ -109,8 +109,10 @@ class Child:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"))}
         env |= {"JAXCOMM_NO_REPORT": "1", "PYTHONUNBUFFERED": "1", "JAXCOMM_AUTOTUNE": "1",
                 "JAXCOMM_CACHE_DIR": str(tmp_path / "cache")}
+        # The foreground child starts with SIGINT at its default whatever this process inherited (a test run started
+        # in the background of a shell ignores it); the background one gets the shell's SIG_IGN.
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env)
+                                     env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.err = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
