@@ -111,8 +111,7 @@ def make_codistillation(config: kit.RunConfig, model: nn.Module, *, image_shape:
     # travels (Anil et al. exchange checkpoints asynchronously), waiting only if it takes over K steps
     checkpoint_bytes = 4 * pop.node_values
     traffic = (ledger.Round("allgather", float(checkpoint_bytes), every=refresh_every, blocking=False),)
-    # the stale peers are read together every step: nodes stay stacked
-    built = pop.built(step, traffic=traffic, extra=lambda nodes: (nodes.params, nodes.model_state), stacked=True)
+    built = pop.built(step, traffic=traffic, extra=lambda nodes: (nodes.params, nodes.model_state))
     return built.extended(Codistillation, refresh_every=refresh_every, weight=float(weight),
                           num_params=pop.num_params, checkpoint_bytes=checkpoint_bytes)
 

@@ -342,8 +342,7 @@ class Population:
     @staticmethod
     def flat_params(state: NodesState) -> jax.Array:
         """Every node's parameters as one float32 vector: ``[N, P]`` (the order of
-        :func:`jax.flatten_util.ravel_pytree`); the nodes stacked (a method that reads them all every step builds
-        with ``stacked=True``)."""
+        :func:`jax.flatten_util.ravel_pytree`); the nodes stacked (the default of :meth:`built`)."""
         return jax.vmap(lambda params: ravel_pytree(params)[0])(state.nodes.params)
 
     def with_flat_params(self, state: NodesState, flat: jax.Array) -> NodesState:
@@ -358,7 +357,7 @@ class Population:
         return state._replace(nodes=nodes if model_state is None else nodes._replace(model_state=model_state))
 
     def built(self, step: Callable, *, traffic: Sequence[ledger.Round] | Callable = (), extra: Callable | None = None,
-              same_start: bool = False, models_of: Callable | None = None, stacked: bool = False) -> Built:
+              same_start: bool = False, models_of: Callable | None = None, stacked: bool = True) -> Built:
         """A method's :class:`Built` from its ``step(state, data) -> (state, info)``.
 
         Args:
@@ -367,8 +366,10 @@ class Population:
             returning them.
           extra, same_start: as :meth:`init`.
           models_of: the models evaluated (default every node's).
-          stacked: keep node states stacked in the "eager" and "dispatch" step loops (a step that reads all nodes
-            together every step: averaging, peers' predictions).
+          stacked: keep node states stacked in the "eager" and "dispatch" step loops, as a step that reads all nodes
+            together every step needs (averaging, peers' predictions, flat parameters); False lets the "loop" and
+            "unrolled" lifts hold them apart between steps, faster for a step that reads them together only now
+            and then (local SGD's round ends).
         """
         return Built(self.config, lambda key: self.init(key, extra=extra, same_start=same_start), step,
                      self.predict, self.backend, self.step_loop, None if stacked else self.layout,

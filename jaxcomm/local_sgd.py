@@ -123,7 +123,8 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
 
     # one blocking ring all-reduce of the float32 parameters (or outer gradients) at every round's end
     built = pop.built(step, traffic=(ledger.Round("allreduce", 4.0 * pop.num_params, every=sync_every),),
-                      extra=global_model, same_start=True, models_of=lambda state: state.extra)
+                      extra=global_model, same_start=True, models_of=lambda state: state.extra,
+                      stacked=False)  # nodes read together only at a round's end
     predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return built.extended(LocalSGD, predict=predict, sync_every=sync_every, num_params=pop.num_params)
 

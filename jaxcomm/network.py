@@ -822,7 +822,7 @@ def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = 
             return state._replace(nodes=mix), info
 
         traffic = (ledger.Round("neighbours", 4.0 * pop.node_values, every=every, edges=pop.edges),)
-        return pop.built(step, traffic=traffic, stacked=True)
+        return pop.built(step, traffic=traffic)
 
     return methods.Method(name or f"gossip_{every}", build, family="gossip", per_run=methods.KIT_PER_RUN,
                           configure=lambda c: c.replace(topology="ring", num_neighbours=num_neighbours))

@@ -49,7 +49,7 @@ def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None)
             p = hyper.get("fraction", fraction)
             return (ledger.Round("neighbours", 4.0 * round(p * pop.num_params), edges=pop.edges),)
 
-        return pop.built(step, traffic=traffic, stacked=True)
+        return pop.built(step, traffic=traffic)
 
     label = name or f"sparta_{fraction:g}" + (f"_ring{num_neighbours}" if num_neighbours else "")
     return methods.Method(label, build, family="sparse_averaging", configure=ring, per_run=methods.KIT_PER_RUN,

@@ -81,8 +81,7 @@ def choco_gossip(fraction: float, step_size: float = 0.5) -> methods.Method:
 
         sent = [ledger.Round("neighbours", 4.0 * k, edges=pop.edges, kind=kind) for kind in ("parameters",
                                                                                          "coordinates")]
-        return pop.built(step, traffic=sent, extra=lambda nodes: jnp.zeros((config.num_nodes, pop.num_params)),
-                         stacked=True)
+        return pop.built(step, traffic=sent, extra=lambda nodes: jnp.zeros((config.num_nodes, pop.num_params)))
 
     return methods.Method(f"choco_top{fraction:g}", build, family="gossip")  # on the config's graph
 
