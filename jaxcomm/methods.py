@@ -155,13 +155,13 @@ def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
 
 
 def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
-          cluster: clock.Cluster | None = None) -> Built:
+          cluster: clock.Cluster | None = None, hyper: Mapping[str, float] | None = None) -> Built:
     """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` passed on
     to a ``build`` that takes one (whose training the links change: output sharing's messages in flight)."""
     takes_cluster = validation.takes_keyword(method.build, "cluster")
     built = method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
                          num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
-    return _with_hyper(built, hyper_of(method))
+    return _with_hyper(built, hyper_of(method, hyper))
 
 
 @driver.interruptible
@@ -183,11 +183,10 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
       ``final``; ``state``; ...) plus ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the
       final record's).
     """
-    values = hyper_of(method, hyper)
-    built = _with_hyper(build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster), values)
+    built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster, hyper=hyper)
     checkpoint.record_lift(checkpointer, built)
     config = built.config
-    shards = shard_data(method, dataset, config, values)
+    shards = shard_data(method, dataset, config, hyper)
     result = driver.train(_system(method, built, dataset, eval_split, cluster), shards,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,

@@ -593,8 +593,7 @@ def make_network(
     if cluster is not None and sends:
         from jaxcomm import clock  # the clock reads the ledger, which reads this module's exchanges
 
-        first = np.asarray(graph_fn(streams.init_keys(jax.random.PRNGKey(config.seed)).graph,
-                                    jnp.zeros((), jnp.int32)), bool)  # the run's own graph at step 0
+        first = kit.first_graph(config, graph)  # the run's own graph at step 0
         delays = clock.delivery_steps(cluster, np.ones_like(first) & ~np.eye(n, dtype=bool), message_bytes,
                                       copies=first.sum(1))
 

@@ -22,6 +22,7 @@ import time
 import jax
 import jax.numpy as jnp
 import pytest
+from test_interrupts import Process  # its stderr reader
 
 from jaxcomm import driver
 
@@ -93,7 +94,7 @@ print(json.dumps(out), flush=True)
 '''
 
 
-class Child:
+class Child(Process):
     """The script in a child process, its stderr read as it comes; ``background``: started the way a
     non-interactive shell starts a job in the background (``cmd &``), which leaves its SIGINT ignored."""
 
@@ -113,13 +114,7 @@ class Child:
         # in the background of a shell ignores it); the background one gets the shell's SIG_IGN.
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        self.err = ""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        while chunk := self.proc.stderr.read(1):
-            self.err += chunk
+        self.read_stderr()
 
     def signal_after(self, marker: str, delay: float, signum: int = signal.SIGINT, timeout: float = 60.0) -> None:
         """Sends ``signum`` to the script (not to a shell around it) ``delay`` s after ``marker pid=N``."""

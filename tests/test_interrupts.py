@@ -29,6 +29,10 @@ class Process:
         self.proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      env=os.environ | {"JAXCOMM_NO_REPORT": "1", "PYTHONUNBUFFERED": "1"} | env)
+        self.read_stderr()
+
+    def read_stderr(self) -> None:
+        """Starts reading ``self.proc``'s stderr into ``self.err`` as it comes."""
         self.err = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
