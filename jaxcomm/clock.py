@@ -20,8 +20,9 @@ latency, uniform or per edge, with named presets). A method's traffic, as the by
 every history record); :func:`delivery_steps` the delay, in the receiver's steps, after which a broadcast
 reaches an inbox (messages in flight, :mod:`jaxcomm.inbox`).
 
-The simulation keeps every node at the same step: heterogeneous speeds change the clock, not the order
-of the steps of nodes that do not wait (a fast node does not run ahead of a slow one).
+Read after the fact, this clock keeps every node at the same step: heterogeneous speeds change the clock,
+not the order of the steps. Trained at their own pace (``methods.train(..., own_pace=True)``,
+:mod:`jaxcomm.pace`), a fast node runs ahead of a slow one, with jitter and availability.
 
 References:
   Patarasuk & Yuan (2009) (ring all-reduce: 2 (N-1) steps of 1/N of the data); Hockney (1994) (a transfer as
@@ -81,11 +82,18 @@ class Compute(NamedTuple):
       seconds_per_step: one local step (forward, backward, update) of a node at nominal speed.
       speed: per-node slowdown factors (node i's step takes ``seconds_per_step x speed[i]``); empty: all 1.
       source: where ``seconds_per_step`` comes from.
+      jitter: the coefficient of variation of a step's duration: each step of node i takes its nominal time times
+        a lognormal factor of mean 1 (0.2: "20 % jitter"), drawn from the node's own stream
+        (:func:`jaxcomm.pace.timeline`; the lockstep clock, :func:`seconds`, reads nominal times).
+      trace: ``[N, S]`` seconds of each node's steps, replayed in a cycle (measured step times); replaces
+        ``seconds_per_step x speed`` in :func:`jaxcomm.pace.timeline`.
     """
 
     seconds_per_step: float
     speed: tuple[float, ...] = ()
     source: str = ""
+    jitter: float = 0.0
+    trace: tuple = ()
 
     def step_seconds(self, num_nodes: int) -> np.ndarray:
         """``[N]`` seconds of one local step of each node."""
@@ -105,6 +113,37 @@ def from_flops(flops_per_step: float, flops_per_second: float, *, utilisation: f
                    source=source or f"{flops_per_step:.3g} FLOP at {utilisation:g} x {flops_per_second:.3g} FLOP/s")
 
 
+class Profile(NamedTuple):
+    """A device by its peak throughput. Attributes: name; flops_per_second: dense peak; source: where it is from."""
+
+    name: str
+    flops_per_second: float
+    source: str
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("h100_sxm", 989.4e12, "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989.4 TFLOP/s dense BF16"),
+    Profile("a100", 312e12, "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s dense BF16"),
+    Profile("l4", 121e12, "NVIDIA L4 datasheet: 121 TFLOP/s dense BF16 (242 with sparsity)"),
+    Profile("v100", 125e12, "NVIDIA V100 datasheet (SXM2): 125 TFLOP/s FP16 tensor"),
+    Profile("t4", 65e12, "NVIDIA T4 datasheet: 65 TFLOP/s FP16 tensor (mixed precision)"),
+)}
+"""Named device profiles (peak dense rates from vendor datasheets; a step reaches a share of them, the
+``utilisation`` of :func:`profiled`)."""
+
+
+def profiled(flops_per_step: float, profiles, *, utilisation: float = 0.3, jitter: float = 0.0) -> Compute:
+    """Every node's step time from its device: ``profiles`` one :data:`PROFILES` name (or :class:`Profile`) per
+    node, each reaching ``utilisation`` of its peak on a step of ``flops_per_step`` FLOP."""
+    chosen = [PROFILES[p] if isinstance(p, str) else p for p in profiles]
+    seconds = [flops_per_step / (p.flops_per_second * utilisation) for p in chosen]
+    base = min(seconds)
+    names = sorted({p.name for p in chosen})
+    return Compute(base, tuple(s / base for s in seconds),
+                   f"{flops_per_step:.3g} FLOP per step at {utilisation:g} of the peak of " + ", ".join(names),
+                   jitter)
+
+
 def stragglers(num_nodes: int, *, count: int = 1, slowdown: float = 3.0, seed: int = 0) -> tuple[float, ...]:
     """Per-node speed factors (:attr:`Compute.speed`): ``count`` nodes, chosen by ``seed``, ``slowdown`` times
     slower than the others."""
@@ -115,6 +154,22 @@ def stragglers(num_nodes: int, *, count: int = 1, slowdown: float = 3.0, seed: i
     return tuple(float(s) for s in speed)
 
 
+class Availability(NamedTuple):
+    """When nodes are off, for :func:`jaxcomm.pace.timeline`: a step a node is taking when it goes off is lost, and it
+    starts again when it is back.
+
+    Attributes:
+      mean_up: mean seconds a node stays on (exponential; ``math.inf``: never goes off by itself).
+      mean_down: mean seconds it stays off (exponential).
+      windows: ``{node: ((start, end), ...)}`` off windows given by hand (a trace); they replace the process for
+        those nodes.
+    """
+
+    mean_up: float = math.inf
+    mean_down: float = 0.0
+    windows: Mapping[int, tuple[tuple[float, float], ...]] = {}
+
+
 class Cluster(NamedTuple):
     """Computers and the links between them, as a value.
 
@@ -123,12 +178,15 @@ class Cluster(NamedTuple):
       link: the link between any two nodes.
       edges: ``{(i, j): Link}`` links that differ from ``link`` (i sends to j).
       name: how tables call it (default: the link's).
+      availability: when nodes are off (:class:`Availability`; None: always on), read by
+        :func:`jaxcomm.pace.timeline`.
     """
 
     compute: Compute
     link: Link = LAN
     edges: Mapping[tuple[int, int], Link] = {}
     name: str = ""
+    availability: Availability | None = None
 
     @property
     def label(self) -> str:

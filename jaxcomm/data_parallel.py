@@ -33,7 +33,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcomm import bandwidth, classifier, compression, driver, ledger, methods, network, population, powersgd, streams
+from jaxcomm import (
+    bandwidth,
+    classifier,
+    compression,
+    driver,
+    ledger,
+    methods,
+    network,
+    pace,
+    population,
+    powersgd,
+    streams,
+)
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 
@@ -84,6 +96,7 @@ class DataParallel:
     step_loop: str
     summed: bool = False
     layout = None  # one shared model: nothing to hold apart
+    waits = pace.LOCKSTEP  # every node waits for the slowest at every step (at its own pace: only the clock moves)
 
     def models_of(self, state: DataParallelState) -> population.NodeState:
         """The one shared model (a population of one)."""

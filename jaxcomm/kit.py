@@ -39,7 +39,7 @@ import optax
 from flax.core import FrozenDict
 from jax.flatten_util import ravel_pytree
 
-from jaxcomm import bandwidth, classifier, driver, ledger, population, speed, streams, topology
+from jaxcomm import bandwidth, classifier, driver, ledger, pace, population, speed, streams, topology
 from jaxcomm.exchange import DATA_MODELS
 from jaxcomm.validation import is_int, is_real, named_fields, require
 
@@ -204,6 +204,8 @@ class NodesState(NamedTuple):
       graph: ``[N, N] bool`` the run's graph (``adj[i, j]``: i sends to j), drawn at step 0 from the run's graph
         stream: a random topology differs between seeds and equals the network's of the same seed.
       extra: the method's own state (error-feedback memories, a global model, peers' copies; any pytree).
+      pace: the timeline's rows (:class:`jaxcomm.pace.Rows`) of a run at its own pace: ``step`` counts ticks and the
+        nodes not due hold; None: every node steps every step (lockstep).
     """
 
     nodes: population.NodeState
@@ -211,6 +213,16 @@ class NodesState(NamedTuple):
     key: jax.Array
     graph: jax.Array
     extra: Any = None
+    pace: pace.Rows | None = None
+
+
+class Tick(NamedTuple):
+    """The current tick's row (:meth:`Population.tick`). Attributes: due: ``[N] bool`` the nodes that step; closes:
+    ``[] bool`` a round closes after the step; members: ``[N] bool`` its members."""
+
+    due: jax.Array
+    closes: jax.Array
+    members: jax.Array
 
 
 class LocalInfo(NamedTuple):
@@ -233,6 +245,7 @@ class Built:
       family: the speed family the backend was chosen for.
       hyper: the run's own values of the method's hyperparameters (set by :func:`jaxcomm.methods.train` and
         :func:`jaxcomm.methods.sweep`).
+      waits: what the nodes wait for (:class:`jaxcomm.pace.Waits`), for a run at its own pace.
     """
 
     config: RunConfig
@@ -246,6 +259,7 @@ class Built:
     evaluate_models: Callable | None = None
     family: str | None = None
     hyper: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    waits: pace.Waits = pace.NOTHING
 
     @property
     def traffic(self) -> tuple[ledger.Round, ...]:
@@ -281,6 +295,8 @@ class Population:
       graph_fn: the config's graph as a function of ``(key, step)`` (:func:`graph_of`).
       edges: directed edges of the graph of the config's seed at step 0 (of every seed's, for the named
         topologies but "random" with a varying out-degree: none has one).
+      waits: what the method's nodes wait for (:class:`jaxcomm.pace.Waits`): the rounds of a lockstep run's
+        :meth:`tick`, and of a run at its own pace (:func:`jaxcomm.pace.timeline`).
     """
 
     config: RunConfig
@@ -295,6 +311,7 @@ class Population:
     node_values: int
     graph_fn: topology.GraphFn
     edges: int
+    waits: pace.Waits = pace.NOTHING
 
     @property
     def layout(self) -> driver.Layout | None:
@@ -319,14 +336,26 @@ class Population:
         keys = streams.step_keys(state.key, augment=self.config.augment)
         return keys, classifier.minibatch(keys, data, self.config.batch_size, self.num_classes)
 
+    def tick(self, state: NodesState) -> Tick:
+        """This step's row: the nodes due and the round that closes (read before the step). At its own pace, the
+        timeline's; in lockstep, every node, and a round of every node each ``waits.every`` steps."""
+        if state.pace is not None:
+            rows = state.pace
+            return Tick(rows.due[state.step], rows.closes[state.step], rows.members[state.step])
+        n, every = self.config.num_nodes, self.waits.every
+        closes = (state.step + 1) % every == 0 if every else jnp.zeros((), bool)
+        return Tick(jnp.ones(n, bool), closes, jnp.broadcast_to(closes, (n,)))
+
     def train(self, state: NodesState, data: classifier.ShardData, keys: streams.StepKeys,
               batch: classifier.Minibatch, *extra: jax.Array) -> tuple[NodesState, LocalInfo]:
         """Every node's gradient step on ``batch`` at the run's learning rate (``data.settings``; ``extra``:
         per-node arguments of a method's own loss, between the targets and the key); the step counted and the key
-        advanced."""
+        advanced. At its own pace (``state.pace``) only the nodes due change: the others hold."""
         nodes, (loss, _) = population.state_and_aux(self.train_nodes(
             data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
             jax.random.split(keys.nodes, self.config.num_nodes)))
+        if state.pace is not None:  # a masked step: every node computed, the ones not due kept as they were
+            nodes = population.where(state.pace.due[state.step], nodes, state.nodes)
         return state._replace(nodes=nodes, step=state.step + 1, key=keys.next), LocalInfo(loss, batch.indices)
 
     def local_step(self, state: NodesState, data: classifier.ShardData) -> tuple[NodesState, LocalInfo]:
@@ -373,7 +402,7 @@ class Population:
         """
         return Built(self.config, lambda key: self.init(key, extra=extra, same_start=same_start), step,
                      self.predict, self.backend, self.step_loop, None if stacked else self.layout,
-                     traffic if callable(traffic) else tuple(traffic), models_of, self.family)
+                     traffic if callable(traffic) else tuple(traffic), models_of, self.family, waits=self.waits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,7 +430,8 @@ class TunedStep:
 
 def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
                optimizer: optax.GradientTransformation | None = None, loss: Callable | None = None,
-               extra_args: Sequence[jax.ShapeDtypeStruct] = (), static_graph: bool = False) -> Population:
+               extra_args: Sequence[jax.ShapeDtypeStruct] = (), static_graph: bool = False,
+               waits: pace.Waits = pace.NOTHING) -> Population:
     """N nodes of ``model`` (a Flax classifier returning ``(logits, features)``) on the config's shards.
 
     Args:
@@ -416,8 +446,10 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
       extra_args: shapes of one node's ``extra`` arguments of ``loss``, for the backend chooser.
       static_graph: the method reads one graph for the whole run (``state.graph``): a topology that changes over
         time is refused, naming the field.
+      waits: what the nodes wait for (:class:`jaxcomm.pace.Waits`): the rounds :meth:`Population.tick` reports.
     """
     config.check_devices()
+    waits.check(config.num_nodes)
     node_loss = loss or classifier.classifier_loss(model, config.compute_dtype)
     optimizer_for = ((lambda lr: optimizer) if optimizer is not None
                      else (lambda lr: optax.adam(classifier.learning_rate(config, lr))))
@@ -438,4 +470,4 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
                       predict,
                       backend, step_loop, family, bandwidth.num_params(abstract.params),
                       bandwidth.num_params((abstract.params, abstract.model_state)), graph_fn,
-                      int(first_graph(config).sum()))
+                      int(first_graph(config).sum()), waits)

@@ -14,7 +14,12 @@ minibatches of its own shard, and then
 3. every node restarts from the new global model (BatchNorm statistics averaged).
 
 With H = 1, outer SGD at rate 1 and inner SGD this is synchronous SGD (tested against
-:mod:`jaxcomm.data_parallel`). Evaluation reads the global model. It is written on the kit's node population
+:mod:`jaxcomm.data_parallel`). At their own pace (``methods.train(..., own_pace=True)``, :mod:`jaxcomm.pace`)
+the nodes wait for each other at every round's end; with a ``quorum`` of K, a round closes when K nodes have
+reported (and those of a grace window after), the outer gradient is the mean of the members' own ones (each
+from the global model it started its round from, however many rounds ago), only the members restart, and
+the late nodes merge at the next round what they missed (Decoupled DiLoCo's quorum; every member has taken H
+steps, so the token weights are equal). Evaluation reads the global model. It is written on the kit's node population
 (:func:`jaxcomm.kit.nodes`): the local steps are an isolated network's, the round's end is this method's own.
 
 References:
@@ -25,6 +30,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -32,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcomm import classifier, driver, kit, ledger, methods, population
+from jaxcomm import classifier, driver, kit, ledger, methods, pace, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 from jaxcomm.validation import require
@@ -78,7 +84,8 @@ def local_sgd_outer() -> optax.GradientTransformation:
 
 def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int, ...],
                    num_classes: int, sync_every: int, outer: optax.GradientTransformation | None = None,
-                   inner: optax.GradientTransformation | None = None) -> LocalSGD:
+                   inner: optax.GradientTransformation | None = None, quorum: int | None = None,
+                   grace: float = 0.0) -> LocalSGD:
     """Builds local SGD / DiLoCo of ``model``, a Flax classifier returning ``(logits, features)``.
 
     Args:
@@ -90,10 +97,13 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
       sync_every: H >= 1, inner steps per round.
       outer: the outer optimiser (default :func:`diloco_outer`; :func:`local_sgd_outer` for local SGD).
       inner: each node's optimiser (default Adam at the config's rate and schedule).
+      quorum: K reports that close a round (None: every node's, synchronous DiLoCo); grace: seconds a round stays
+        open after its quorum (:class:`jaxcomm.pace.Waits`).
     """
     require(isinstance(sync_every, int) and sync_every >= 1, "sync_every", "an integer >= 1", sync_every)
     n = config.num_nodes
-    pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, optimizer=inner)
+    waits = pace.rounds_of(sync_every) if quorum is None else pace.Waits(sync_every, quorum, grace)
+    pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, optimizer=inner, waits=waits)
     outer = outer or diloco_outer()
     mean_over_nodes = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
 
@@ -102,10 +112,28 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
         return population.stack([population.NodeState(start.params, start.model_state, outer.init(start.params))])
 
     def step(state: kit.NodesState, data: classifier.ShardData) -> tuple[kit.NodesState, LocalSGDInfo]:
-        synced = (state.step + 1) % sync_every == 0
+        tick = pop.tick(state)  # lockstep: a round every H steps, every node in it
         state, info = pop.local_step(state, data)  # an isolated network's draws
-        nodes, glob = population.when_due(synced, sync, state.nodes, state.extra)
-        return state._replace(nodes=nodes, extra=glob), LocalSGDInfo(*info, synced)
+        if quorum is None:
+            nodes, glob = population.when_due(tick.closes, sync, state.nodes, state.extra)
+        else:
+            nodes, glob = population.when_due(tick.closes, functools.partial(merge, tick.members), state.nodes,
+                                              state.extra)
+        return state._replace(nodes=nodes, extra=glob), LocalSGDInfo(*info, tick.closes)
+
+    def merge(members: jax.Array, nodes: population.NodeState, extra):
+        """A quorum round's end: the outer step from the members' mean outer gradient, each from the global model
+        it started from; the members restart from the new global model, the others go on."""
+        glob, starts = population.node(extra[0], 0), extra[1]
+        weights = members / jnp.maximum(members.sum(), 1)  # every member took H steps: equal token weights
+        mean = lambda tree: jax.tree_util.tree_map(lambda leaf: jnp.tensordot(weights, leaf, 1), tree)  # noqa: E731
+        delta = mean(jax.tree_util.tree_map(jnp.subtract, starts, nodes.params))
+        updates, outer_state = outer.update(delta, glob.opt_state, glob.params)
+        glob = population.NodeState(optax.apply_updates(glob.params, updates), mean(nodes.model_state), outer_state)
+        fresh = population.stack([glob.params] * n)
+        restart = population.where(members, nodes._replace(
+            params=fresh, model_state=population.stack([glob.model_state] * n)), nodes)
+        return restart, (population.stack([glob]), population.where(members, fresh, starts))
 
     @jax.jit  # one program whether called in a jitted step or eagerly at a round's end
     def sync(nodes: population.NodeState, global_model: population.NodeState):
@@ -123,30 +151,37 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
 
     # one blocking ring all-reduce of the float32 parameters (or outer gradients) at every round's end
     built = pop.built(step, traffic=(ledger.Round("allreduce", 4.0 * pop.num_params, every=sync_every),),
-                      extra=global_model, same_start=True, models_of=lambda state: state.extra,
+                      extra=global_model if quorum is None else (lambda nodes: (global_model(nodes), nodes.params)),
+                      same_start=True, models_of=(lambda state: state.extra) if quorum is None else
+                      (lambda state: state.extra[0]),
                       stacked=False)  # nodes read together only at a round's end
     predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return built.extended(LocalSGD, predict=predict, sync_every=sync_every, num_params=pop.num_params)
 
 
 def local_sgd(sync_every: int, *, outer: optax.GradientTransformation | None = None,
-              name: str | None = None) -> methods.Method:
+              name: str | None = None, quorum: int | None = None, grace: float = 0.0) -> methods.Method:
     """Local SGD / DiLoCo as a method (:class:`jaxcomm.methods.Method`): H = ``sync_every`` inner steps, then the
-    outer step (default :func:`local_sgd_outer`, plain averaging); scored by the global model's accuracy."""
+    outer step (default :func:`local_sgd_outer`, plain averaging); scored by the global model's accuracy.
+    ``quorum``, ``grace``: a round closes on K reports (:func:`make_local_sgd`)."""
     outer = outer or local_sgd_outer()
 
     def build(config, model, *, image_shape, num_classes):
         return make_local_sgd(config, model, image_shape=image_shape, num_classes=num_classes,
-                              sync_every=sync_every, outer=outer)
+                              sync_every=sync_every, outer=outer, quorum=quorum, grace=grace)
 
-    return methods.Method(name or f"local_sgd_h{sync_every}", build, family="local_sgd", score="model",
+    suffix = "" if quorum is None else f"_q{quorum}"
+    return methods.Method(name or f"local_sgd_h{sync_every}{suffix}", build, family="local_sgd", score="model",
                           per_run=methods.KIT_PER_RUN)
 
 
-def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9,
-           name: str | None = None) -> methods.Method:
-    """DiLoCo as a method: :func:`local_sgd` with the Nesterov outer optimiser (:func:`diloco_outer`)."""
-    return local_sgd(sync_every, outer=diloco_outer(learning_rate, momentum), name=name or f"diloco_h{sync_every}")
+def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9, quorum: int | None = None,
+           grace: float = 0.0, name: str | None = None) -> methods.Method:
+    """DiLoCo as a method: :func:`local_sgd` with the Nesterov outer optimiser (:func:`diloco_outer`); with a
+    ``quorum`` of K (and a ``grace`` window in seconds), a round closes on K reports at its own pace."""
+    suffix = "" if quorum is None else f"_q{quorum}"
+    return local_sgd(sync_every, outer=diloco_outer(learning_rate, momentum), quorum=quorum, grace=grace,
+                     name=name or f"diloco_h{sync_every}{suffix}")
 
 
 def train_local_sgd(

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 import flax.linen as nn
 import jax
 
-from jaxcomm import checkpoint, classifier, clock, data, driver, kit, ledger, validation
+from jaxcomm import checkpoint, classifier, clock, data, driver, kit, ledger, pace, validation
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -145,22 +145,51 @@ def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[st
 
 
 def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
-            cluster: clock.Cluster | None = None) -> driver.System:
+            cluster: clock.Cluster | None = None, timeline: pace.Timeline | None = None) -> driver.System:
     system = (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
     if cluster is None:
         return system
     evaluate = system.evaluate
+    if timeline is None:
+        return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
+            "clock": clock.reading(cluster, built, state, steps_done)})
     return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
-        "clock": clock.reading(cluster, built, state, steps_done)})
+        "clock": {"seconds": timeline.record(steps_done)["seconds"], "cluster": cluster.label, "own_pace": True},
+        "pace": timeline.record(steps_done)})
+
+
+def at_own_pace(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnPace | bool) -> tuple[Built,
+                                                                                                     pace.Timeline]:
+    """``built`` trained at its own pace on ``cluster``: its timeline (:func:`jaxcomm.pace.of_run`, the run's seed
+    and ``config.num_steps`` ticks) in its initial state, the nodes stacked; raises before anything compiles
+    where the method cannot (no cluster, or a ``Built`` not made on the kit's population)."""
+    if cluster is None:
+        raise ValueError("own_pace needs a cluster: the nodes' step times (jaxcomm.clock.Cluster)")
+    if not hasattr(built, "waits"):
+        raise TypeError(f"{type(built).__name__} cannot train at its own pace: a method trains so when its step "
+                        "holds the nodes not due (state.pace) and it states what it waits for (waits), as every "
+                        "method built on the kit's population (jaxcomm.kit.nodes) and output sharing do")
+    config = built.config
+    traffic = () if callable(built.traffic) else built.traffic  # the network's gossip: refused at its own pace
+    timeline = pace.of_run(cluster, config.num_nodes, config.num_steps, seed=config.seed, waits=built.waits,
+                           traffic=traffic, own_pace=own_pace)
+    if built.waits == pace.LOCKSTEP:  # one compiled step per round: its timeline only tells the time
+        return built, timeline
+    rows, init = timeline.rows(), built.init
+    stacked = {"layout": None} if "layout" in {f.name for f in dataclasses.fields(built)} else {}
+    return dataclasses.replace(built, init=lambda key: init(key)._replace(pace=rows), **stacked), timeline
 
 
 def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
-          cluster: clock.Cluster | None = None, hyper: Mapping[str, float] | None = None) -> Built:
-    """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` passed on
-    to a ``build`` that takes one (whose training the links change: output sharing's messages in flight)."""
-    takes_cluster = validation.takes_keyword(method.build, "cluster")
+          cluster: clock.Cluster | None = None, hyper: Mapping[str, float] | None = None,
+          own_pace: pace.OwnPace | bool = False) -> Built:
+    """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` (and
+    ``own_pace``, where set) passed on to a ``build`` that takes them (whose training the links change: output
+    sharing's messages in flight)."""
+    passed = {"cluster": cluster} | ({"own_pace": own_pace} if own_pace else {})
     built = method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
-                         num_classes=dataset.num_classes, **({"cluster": cluster} if takes_cluster else {}))
+                         num_classes=dataset.num_classes,
+                         **{k: v for k, v in passed.items() if validation.takes_keyword(method.build, k)})
     return _with_hyper(built, hyper_of(method, hyper))
 
 
@@ -169,7 +198,7 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
           donate: bool | None = None, cluster: clock.Cluster | None = None,
-          hyper: Mapping[str, float] | None = None) -> dict:
+          hyper: Mapping[str, float] | None = None, own_pace: pace.OwnPace | bool = False) -> dict:
     """Trains one run of ``method`` under the one driver (:func:`jaxcomm.driver.train`).
 
     ``hyper``: values of the method's own hyperparameters (:attr:`Method.hyper`) for this run.
@@ -178,20 +207,29 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
     (:func:`jaxcomm.clock.reading`), and a method whose ``build`` takes the cluster trains under its links
     (output sharing: messages in flight).
 
+    ``own_pace`` (True, or a :class:`jaxcomm.pace.OwnPace`): every node steps at its own pace on ``cluster``
+    (:mod:`jaxcomm.pace`): ``config.num_steps`` counts ticks, the nodes not due hold, a method that waits
+    (``built.waits``) waits; every record's ``clock`` is the timeline's and its ``pace`` holds each node's steps
+    and virtual time and the goodput (:meth:`jaxcomm.pace.Timeline.record`).
+
     Returns:
       The driver's dict (``history``: one record per evaluation with ``bytes``, and ``clock`` under a cluster;
       ``final``; ``state``; ...) plus ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the
       final record's).
     """
-    built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster, hyper=hyper)
+    built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster, hyper=hyper,
+                  own_pace=own_pace)
+    timeline = None
+    if own_pace:
+        built, timeline = at_own_pace(built, cluster, own_pace)
     checkpoint.record_lift(checkpointer, built)
     config = built.config
     shards = shard_data(method, dataset, config, hyper)
-    result = driver.train(_system(method, built, dataset, eval_split, cluster), shards,
+    result = driver.train(_system(method, built, dataset, eval_split, cluster, timeline), shards,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return _finish(result, built, method)
+    return _finish(result, built, method) | ({"timeline": timeline} if timeline is not None else {})
 
 
 def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset,
@@ -261,7 +299,8 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
           mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None,
-          hyper: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None) -> list[dict]:
+          hyper: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None,
+          own_pace: pace.OwnPace | bool = False) -> list[dict]:
     """Trains R runs of ``method`` as one sweep (:func:`jaxcomm.sweep.train_runs`); each result equals
     :func:`train`'s of the run alone.
 
@@ -273,7 +312,8 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
         and one population on an accelerator (:func:`jaxcomm.sweep.choose_mode`).
       hyper: values of the method's own hyperparameters (:attr:`Method.hyper`): one mapping for every run, or one
         per run (e.g. SPARTA's fraction over 0.001-0.05 as one sweep).
-      eval_split, progress, desc, checkpointer, divergence, donate, cluster: as :func:`train`.
+      eval_split, progress, desc, checkpointer, divergence, donate, cluster, own_pace: as :func:`train` (at its
+        own pace, every run its own timeline, from its seed).
 
     Returns:
       R dicts as :func:`train` returns, in the order of ``configs``, each with ``sweep`` = ``{"runs", "mode"}``.
@@ -284,10 +324,13 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
         raise ValueError(f"hyper: one mapping for every run, or one per run ({len(configs)}), got {len(hyper)}")
     values = [hyper_of(method, hyper if hyper is None or isinstance(hyper, Mapping) else hyper[r])
               for r in range(len(configs))]
-    first = build(method, configs[0], model, dataset, cluster=cluster)
+    first = build(method, configs[0], model, dataset, cluster=cluster, own_pace=own_pace)
     checkpoint.record_lift(checkpointer, first)
     builts = [_with_hyper(dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first)
                           else first._replace(config=c), h) for c, h in zip(configs, values, strict=True)]
+    timelines = [None] * len(builts)
+    if own_pace:
+        builts, timelines = map(list, zip(*(at_own_pace(b, cluster, own_pace) for b in builts), strict=True))
     base = shard_data(method, dataset, configs[0], values[0])
     datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c, h))
              for c, h in zip(configs, values, strict=True)]
@@ -295,12 +338,14 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
                               getattr(first, "family", None))
-    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster) for b in builts], states, datas,
+    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl)
+                                 for b, tl in zip(builts, timelines, strict=True)], states, datas,
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,
                                 nodes_per_run=configs[0].num_nodes, progress=progress, desc=desc or method.name,
                                 checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return [_finish(result, b, method) for result, b in zip(results, builts, strict=True)]
+    return [_finish(result, b, method) | ({"timeline": tl} if tl is not None else {})
+            for result, b, tl in zip(results, builts, timelines, strict=True)]
 
 
 def bytes_of(result: dict, *, data_model: str | None = None, encoding: str = "raw",

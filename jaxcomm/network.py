@@ -53,11 +53,13 @@ from jaxcomm import (
     bandwidth,
     checkpoint,
     classifier,
+    clock,
     driver,
     inbox,
     kit,
     ledger,
     methods,
+    pace,
     population,
     streams,
     topology,
@@ -266,6 +268,8 @@ class NetworkState(NamedTuple):
         (``make_network(cluster=)``); None: messages arrive at once.
       payload_sent: ``[] int32`` payload bytes of every message copy sent, each counted from what it carried, for
         an exchange with ``content_bytes`` (:class:`jaxcomm.exchange.Exchange`); None otherwise.
+      pace: the timeline's rows of a run at its own pace (:class:`jaxcomm.pace.Rows`): ``step`` counts ticks, and a
+        node not due neither trains, consumes nor broadcasts (it still receives); None: lockstep.
     """
 
     nodes: population.NodeState
@@ -279,6 +283,7 @@ class NetworkState(NamedTuple):
     param_copies: jax.Array
     transit: inbox.Transit | None = None
     payload_sent: jax.Array | None = None
+    pace: pace.Rows | None = None
 
 
 class StepInfo(NamedTuple):
@@ -416,7 +421,9 @@ class Network:
       sample_bytes: bytes of one input as held (a uint8 image), what a message's inputs cost.
       node_values: values a node holds (parameters and model state), what gossip sends per edge.
       delays: ``[N, N] int32`` receiver steps a message spends in flight on each edge, on the cluster the
-        network was built for (:func:`jaxcomm.clock.delivery_steps`); None: none.
+        network was built for (:func:`jaxcomm.clock.delivery_steps`); at its own pace, ticks; None: none.
+      own_pace: built to train at its own pace (:mod:`jaxcomm.pace`): the nodes stay stacked.
+      waits: what its nodes wait for: nothing (Algorithm 2).
     """
 
     config: NetworkConfig
@@ -433,11 +440,14 @@ class Network:
     sample_bytes: int = 0
     node_values: int = 0
     delays: np.ndarray | None = None
+    own_pace: bool = False
+    waits: pace.Waits = pace.NOTHING
 
     @property
     def layout(self) -> driver.Layout | None:
-        """How the "eager" and "dispatch" step loops hold the state within a chunk (:func:`layout_for`)."""
-        return layout_for(self.backend)
+        """How the "eager" and "dispatch" step loops hold the state within a chunk (:func:`layout_for`; stacked at
+        its own pace, whose step selects the nodes due)."""
+        return None if self.own_pace else layout_for(self.backend)
 
     def models_of(self, state: NetworkState) -> population.NodeState:
         """The models evaluated: every node's."""
@@ -512,6 +522,7 @@ def make_network(
     graph: np.ndarray | jax.Array | topology.GraphFn | None = None,
     exchange: exchanges.Exchange | None = None,
     cluster: Any = None,
+    own_pace: Any = False,
 ) -> Network:
     """Builds the pure functions of a network of ``model`` nodes.
 
@@ -530,6 +541,9 @@ def make_network(
       cluster: a :class:`jaxcomm.clock.Cluster`: messages spend the receiver steps their transfer takes in
         flight (:func:`jaxcomm.clock.delivery_steps`, from the out-degrees of the graph at step 0 of the
         config's seed); None: they arrive at once.
+      own_pace: built for a run at its own pace on ``cluster`` (True or a :class:`jaxcomm.pace.OwnPace`): the
+        nodes stay stacked, and a message spends ``ceil(seconds / tick)`` ticks in flight, a tick being the
+        fastest node's nominal step (:meth:`jaxcomm.pace.OwnPace.tick_seconds`: arrivals are rounded up to it).
 
     Returns:
       A :class:`Network`.
@@ -544,6 +558,9 @@ def make_network(
     exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
     if not isinstance(exchange, exchanges.Exchange):
         raise TypeError(f"exchange must be a jaxcomm.exchange.Exchange, got {type(exchange).__name__}")
+    if own_pace and config.gossip_every:
+        raise ValueError("gossip_every: gossip averaging inside output sharing runs in lockstep only (at its own pace "
+                         "each node would average at its own steps; not built yet): set gossip_every=0")
     if isinstance(model, NodeProgram) and config.compute_dtype != "float32":
         raise ValueError(f"compute_dtype={config.compute_dtype!r} applies to Flax classifiers; a NodeProgram "
                          "sets its own precision (wrap its model's apply in jaxcomm.network.in_dtype)")
@@ -591,11 +608,14 @@ def make_network(
                                             data_model=config.data_model)
     delays = None
     if cluster is not None and sends:
-        from jaxcomm import clock  # the clock reads the ledger, which reads this module's exchanges
-
         first = kit.first_graph(config, graph)  # the run's own graph at step 0
-        delays = clock.delivery_steps(cluster, np.ones_like(first) & ~np.eye(n, dtype=bool), message_bytes,
-                                      copies=first.sum(1))
+        everyone = np.ones_like(first) & ~np.eye(n, dtype=bool)
+        if own_pace:
+            tick = pace.own_pace_of(own_pace).tick_seconds(cluster.compute, n)
+            seconds = clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1))
+            delays = np.ceil(seconds / tick - 1e-9).clip(min=0).astype(np.int32)
+        else:
+            delays = clock.delivery_steps(cluster, everyone, message_bytes, copies=first.sum(1))
 
     def init(key: jax.Array) -> NetworkState:
         keys = streams.init_keys(key)
@@ -619,6 +639,9 @@ def make_network(
             want, broadcast = want & alive, broadcast & alive
             if lose_inbox:
                 box = inbox.clear(box, state.alive & ~alive)
+        due = None if state.pace is None else state.pace.due[state.step]  # at its own pace: the nodes whose step ends
+        if due is not None:
+            want, broadcast = want & due, broadcast & due
         local = classifier.local_batches(keys.sample, data, b)  # [N, B]
         local_targets = jax.nn.one_hot(data.labels[local], num_classes)
         got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
@@ -634,6 +657,8 @@ def make_network(
         nodes, (loss, outgoing) = population.state_and_aux(node_step(
             tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
             *((alive,) if failures is not None else ())))
+        if due is not None:  # the nodes not due hold
+            nodes = population.where(due, nodes, state.nodes)
         param_copies = state.param_copies
         if mix is not None:
             live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
@@ -665,7 +690,7 @@ def make_network(
     abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only
     return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange, message_bytes, family,
                    program.divergence, sample_bytes, bandwidth.num_params((abstract.params, abstract.model_state)),
-                   delays)
+                   delays, bool(own_pace))
 
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
@@ -793,9 +818,9 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, na
     (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs: :data:`PER_RUN`, :data:`GRAPH_FIELDS`).
     A :class:`jaxcomm.kit.RunConfig` is taken with output sharing's defaults (:func:`as_network_config`)."""
 
-    def build(config, model, *, image_shape, num_classes, cluster=None):
+    def build(config, model, *, image_shape, num_classes, cluster=None, own_pace=False):
         return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=graph,
-                            exchange=exchange, cluster=cluster)
+                            exchange=exchange, cluster=cluster, own_pace=own_pace)
 
     label = name or ("outputs" if exchange is None else exchange.name)
     return methods.Method(

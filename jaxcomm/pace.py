@@ -1,0 +1,380 @@
+"""Nodes at their own pace: an event-ordered timeline of who steps when, in virtual seconds.
+
+Algorithm 2 of the thesis is asynchronous: no node waits for another. Here every node has its own step
+duration (:class:`jaxcomm.clock.Compute`: a nominal time, per-node speeds or device profiles, lognormal
+jitter, traces) and its own availability (:class:`jaxcomm.clock.Availability`: an on/off process, or
+windows), and the simulation advances through time event by event:
+
+* a node's step ends at its own time; the next one starts at once (its step duration drawn from its own
+  stream), unless its method makes it wait (:class:`Waits`);
+* a *tick* is one compiled step of the whole population: it takes the earliest step end and every other
+  one within ``resolution`` seconds of it (the simulation's time resolution: events closer than that may be
+  taken in either order); the nodes whose step ends there are *due*, the others hold;
+* a node that goes off during a step loses that step (its work does not reach any model) and starts again
+  when it is back;
+* a method that waits (:class:`Waits`: synchronous SGD every step, DiLoCo every H steps, a quorum of K of
+  N within a grace window) makes a node *report* after its H-th step and hold until its round closes; the
+  round stops taking reports at the K-th report plus the grace window (at once when every node has
+  reported) and closes after its transfer, when its members restart.
+
+The timeline depends on durations, availability and waits only, never on what the nodes learn, so it is
+computed on the host in float64 before the run (:func:`timeline`), and the compiled step reads one row of
+it per tick (:class:`Rows`: who is due, whether a round closes and who is in it). Equal speeds with no
+jitter, no failures and resolution 0 give every node every tick: today's lockstep run, bit for bit (tested).
+
+References:
+  APPFL's virtual-time simulator (an event queue rebuilding arrival order on one device); Nguyen et al.
+  (2022), FedBuff (buffered asynchronous aggregation); Douillard et al. (2025), Decoupled DiLoCo (a quorum
+  within a grace window); Lacaille (2018), Algorithm 2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcomm import clock, streams
+from jaxcomm.validation import is_int, is_real, require
+
+
+class Waits(NamedTuple):
+    """What a method's nodes wait for.
+
+    Attributes:
+      every: steps between rounds (0: the nodes wait for nothing; 1: synchronous SGD; H: DiLoCo).
+      quorum: reports that close a round (None: every node's).
+      grace: seconds a round stays open after its quorum for later reports (``math.inf``: until every node).
+    """
+
+    every: int = 0
+    quorum: int | None = None
+    grace: float = 0.0
+
+    def check(self, num_nodes: int) -> None:
+        require(is_int(self.every) and self.every >= 0, "every", "an integer >= 0", self.every)
+        require(self.quorum is None or (is_int(self.quorum) and 1 <= self.quorum <= num_nodes), "quorum",
+                f"None or an integer in [1, {num_nodes}]", self.quorum)
+        require(is_real(self.grace) and self.grace >= 0, "grace", "a number >= 0", self.grace)
+
+
+NOTHING = Waits()
+"""Waits for nothing: output sharing, gossip on last received copies, isolated nodes."""
+
+
+def rounds_of(every: int) -> Waits:
+    """Every node waits for every other every ``every`` steps (synchronous SGD: 1; synchronous DiLoCo: H)."""
+    return Waits(every, None, math.inf)
+
+
+LOCKSTEP = rounds_of(1)
+"""Every node waits for every other at every step: synchronous SGD, whose compiled step is a whole round (its
+timeline has one tick per round, :meth:`Timeline.collapsed`, and its step reads no rows)."""
+
+
+class Rows(NamedTuple):
+    """What the compiled step reads of the timeline, one row per tick (``[T, ...]``, on the device).
+
+    Attributes:
+      due: ``[T, N] bool`` the nodes whose step ends at tick t (the others hold).
+      closes: ``[T] bool`` a round closes after tick t's steps.
+      members: ``[T, N] bool`` the nodes in that round (those that reported).
+    """
+
+    due: jnp.ndarray
+    closes: jnp.ndarray
+    members: jnp.ndarray
+
+
+class Timeline(NamedTuple):
+    """Who steps when, in virtual seconds (host arrays, float64).
+
+    Attributes:
+      time: ``[T]`` seconds at tick t (the latest step end it takes; a round's close, after its transfer, where one
+        closes).
+      due: ``[T, N] bool`` the nodes whose step ends at tick t.
+      closes: ``[T] bool``; members: ``[T, N] bool``: the rounds (:class:`Waits`).
+      steps: ``[T, N]`` each node's steps after tick t.
+      node_time: ``[T, N]`` the end of each node's last step by tick t (0 before its first).
+      useful: ``[T]`` node-seconds of steps that reach the models by tick t (every completed step of a method that
+        waits for nothing; a round's members' steps once merged).
+      lost: ``[T]`` node-seconds of steps cut short by a node going off, by tick t.
+      staleness: per closed round ``(tick, seconds, rounds)``: the oldest member's age (seconds since it started
+        the round; rounds closed since), as lists.
+      resolution: seconds within which events may be taken in either order.
+    """
+
+    time: np.ndarray
+    due: np.ndarray
+    closes: np.ndarray
+    members: np.ndarray
+    steps: np.ndarray
+    node_time: np.ndarray
+    useful: np.ndarray
+    lost: np.ndarray
+    staleness: list
+    resolution: float
+
+    @property
+    def num_ticks(self) -> int:
+        return len(self.time)
+
+    def rows(self) -> Rows:
+        """The device rows the compiled step reads (:class:`Rows`)."""
+        return Rows(jnp.asarray(self.due), jnp.asarray(self.closes), jnp.asarray(self.members))
+
+    def due_share(self) -> float:
+        """The mean share of nodes due per tick: a masked step computes every node, so its useful work."""
+        return float(self.due.mean()) if self.due.size else 1.0
+
+    def goodput(self, ticks: int) -> float:
+        """The share of node-seconds, after ``ticks`` ticks, spent on steps that reach the models."""
+        if ticks == 0:
+            return 1.0
+        n = self.due.shape[1]
+        seconds = self.time[ticks - 1]
+        return float(self.useful[ticks - 1] / (n * seconds)) if seconds > 0 else 1.0
+
+    def collapsed(self, num_rounds: int) -> Timeline:
+        """One tick per closed round, for a method that steps every node together once per round (synchronous SGD:
+        its compiled step is the round): the first ``num_rounds`` rounds; raises if fewer closed."""
+        ends = np.flatnonzero(self.closes)[:num_rounds]
+        if len(ends) < num_rounds:
+            raise ValueError(f"the timeline closed {len(ends)} rounds, not {num_rounds}: build more ticks")
+        n = self.due.shape[1]
+        every = np.ones((num_rounds, n), bool)
+        return Timeline(self.time[ends], every, np.ones(num_rounds, bool), every, self.steps[ends],
+                        self.node_time[ends], self.useful[ends], self.lost[ends],
+                        [(r, age, rounds) for r, (_, age, rounds) in enumerate(self.staleness[:num_rounds])],
+                        self.resolution)
+
+    def record(self, ticks: int) -> dict:
+        """The ``pace`` record of a history entry after ``ticks`` ticks: the virtual time, each node's steps and
+        last step's end, the goodput and the node-seconds lost."""
+        if ticks == 0:
+            n = self.due.shape[1]
+            return {"seconds": 0.0, "node_steps": [0] * n, "node_seconds": [0.0] * n, "goodput": 1.0, "lost": 0.0}
+        t = ticks - 1
+        return {"seconds": float(self.time[t]), "node_steps": self.steps[t].tolist(),
+                "node_seconds": self.node_time[t].tolist(), "goodput": self.goodput(ticks),
+                "lost": float(self.lost[t])}
+
+
+class _Durations:
+    """Each node's step durations in order, drawn from its own stream (``pace/jitter``, the node, the seed): a
+    node's k-th duration is the same whatever the others do."""
+
+    def __init__(self, compute: clock.Compute, num_nodes: int, seed: int, block: int):
+        self.base = compute.step_seconds(num_nodes)
+        self.trace = None if not len(compute.trace) else np.asarray(compute.trace, float)
+        if self.trace is not None:
+            require(self.trace.ndim == 2 and self.trace.shape[0] == num_nodes and self.trace.shape[1] >= 1,
+                    "trace", f"[{num_nodes}, S] seconds per step", self.trace.shape)
+        sigma2 = math.log1p(compute.jitter ** 2)  # lognormal of mean 1 and coefficient of variation `jitter`
+        self.sigma, self.mu = math.sqrt(sigma2), -sigma2 / 2
+        self.rngs = [np.random.default_rng((streams.stream_id("pace/jitter"), seed & 0x7FFFFFFF, i))
+                     for i in range(num_nodes)]
+        self.block = max(1, block)
+        self.drawn = [np.empty(0)] * num_nodes
+        self.used = np.zeros(num_nodes, int)
+
+    def next(self, i: int) -> float:
+        k = self.used[i]
+        self.used[i] += 1
+        nominal = self.base[i] if self.trace is None else self.trace[i, k % self.trace.shape[1]]
+        if self.sigma == 0:
+            return float(nominal)
+        if k >= len(self.drawn[i]):
+            self.drawn[i] = np.concatenate([self.drawn[i], self.rngs[i].lognormal(self.mu, self.sigma, self.block)])
+        return float(nominal * self.drawn[i][k])
+
+
+class _Availability:
+    """Each node's off windows in time order, drawn lazily from its own stream (``pace/availability``)."""
+
+    def __init__(self, availability: clock.Availability | None, num_nodes: int, seed: int):
+        self.spec = availability
+        self.windows: list[list[tuple[float, float]]] = [[] for _ in range(num_nodes)]
+        self.until = np.zeros(num_nodes)  # windows are known up to this time
+        if availability is not None:
+            for i, spans in dict(availability.windows).items():
+                self.windows[i] = sorted((float(a), float(b)) for a, b in spans)
+                self.until[i] = math.inf
+        self.rngs = [np.random.default_rng((streams.stream_id("pace/availability"), seed & 0x7FFFFFFF, i))
+                     for i in range(num_nodes)]
+
+    def _extend(self, i: int, horizon: float) -> None:
+        spec = self.spec
+        if spec is None or not math.isfinite(spec.mean_up):
+            self.until[i] = math.inf
+            return
+        while self.until[i] <= horizon:  # up for Exp(mean_up), then down for Exp(mean_down)
+            start = self.until[i] + self.rngs[i].exponential(spec.mean_up)
+            end = start + self.rngs[i].exponential(spec.mean_down)
+            self.windows[i].append((start, end))
+            self.until[i] = end
+
+    def first_off(self, i: int, start: float, end: float) -> tuple[float, float] | None:
+        """The first off window of node i that meets ``[start, end)``, or None."""
+        self._extend(i, end)
+        for a, b in self.windows[i]:
+            if b > start and a < end:
+                return a, b
+            if a >= end:
+                break
+        return None
+
+
+def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int = 0, waits: Waits = NOTHING,
+             resolution: float = 0.0, round_seconds: float = 0.0) -> Timeline:
+    """The first ``num_ticks`` ticks of N nodes on ``cluster`` (event-ordered, see the module's docstring).
+
+    Args:
+      cluster: step durations (``cluster.compute``) and availability (``cluster.availability``).
+      num_nodes: N.
+      num_ticks: T, the compiled steps of the run.
+      seed: the run's seed (jitter and availability draws, each node its own stream).
+      waits: what the method waits for (:class:`Waits`).
+      resolution: seconds within which step ends are taken in one tick (0: only equal times).
+      round_seconds: a round's transfer, from its last report until it closes (and its members restart).
+    """
+    n = num_nodes
+    waits.check(n)
+    require(is_int(num_ticks) and num_ticks >= 0, "num_ticks", "an integer >= 0", num_ticks)
+    require(is_real(resolution) and resolution >= 0, "resolution", "a number >= 0", resolution)
+    durations = _Durations(cluster.compute, n, seed, block=num_ticks + 16)
+    off = _Availability(cluster.availability, n, seed)
+    quorum = waits.quorum or n
+
+    ready = np.zeros(n)  # the end of each node's step in progress (inf: waiting for its round)
+    began = np.zeros(n)  # its start
+    lost = 0.0
+
+    def start(i: int, at: float) -> None:  # node i starts a step at `at`, retried after every off window it meets
+        nonlocal lost
+        while True:
+            d = durations.next(i)
+            window = off.first_off(i, at, at + d)
+            if window is None:
+                began[i], ready[i] = at, at + d
+                return
+            lost += max(0.0, window[0] - at)
+            at = window[1]
+
+    for i in range(n):
+        start(i, 0.0)
+    steps = np.zeros(n, int)
+    last_end = np.zeros(n)
+    round_start = np.zeros(n)  # when each node started its current round (its copy of the global model)
+    rounds_done = np.zeros(n, int)  # rounds closed when it started it
+    reported = np.zeros(n, bool)
+    pending = np.zeros(n)  # seconds of steps not yet merged
+    useful = 0.0
+    closed = 0
+    out = {name: [] for name in ("time", "due", "closes", "members", "steps", "node_time", "useful", "lost")}
+    staleness = []
+    for t in range(num_ticks):
+        active = np.isfinite(ready)
+        if not active.any():
+            raise RuntimeError("every node waits and no round can close: a quorum larger than the nodes?")
+        now = ready[active].min()
+        due = active & (ready <= now + resolution)
+        time = float(ready[due].max())
+        steps[due] += 1
+        last_end[due] = ready[due]
+        members = np.zeros(n, bool)
+        closes = False
+        for i in np.flatnonzero(due):
+            seconds = ready[i] - began[i]
+            if not waits.every:
+                useful += seconds
+                start(i, last_end[i])
+                continue
+            pending[i] += seconds
+            if steps[i] % waits.every == 0:  # its round's last step: it reports and waits
+                reported[i], ready[i] = True, math.inf
+            else:
+                start(i, last_end[i])
+        if waits.every and reported.sum() >= quorum:
+            reports = np.sort(last_end[reported])
+            cutoff = reports[-1] if reported.all() else reports[quorum - 1] + waits.grace
+            following = ready[np.isfinite(ready)].min() if np.isfinite(ready).any() else math.inf
+            if following > cutoff:  # no step ends before the round stops taking reports (always so once all did)
+                close = cutoff + round_seconds  # the merge, after the round's transfer
+                closes, members = True, reported.copy()
+                time = max(time, close)
+                staleness.append((t, float(np.max(close - round_start[members])),
+                                  int(np.max(closed - rounds_done[members]))))
+                closed += 1
+                useful += pending[members].sum()
+                pending[members] = 0.0
+                for i in np.flatnonzero(members):
+                    round_start[i], rounds_done[i] = close, closed
+                    start(i, close)
+                reported[:] = False
+        out["time"].append(time)
+        out["due"].append(due)
+        out["closes"].append(closes)
+        out["members"].append(members)
+        out["steps"].append(steps.copy())
+        out["node_time"].append(last_end.copy())
+        out["useful"].append(useful)
+        out["lost"].append(lost)
+    arrays = {k: np.asarray(v) for k, v in out.items()}
+    if num_ticks == 0:
+        arrays |= {"due": np.zeros((0, n), bool), "members": np.zeros((0, n), bool), "steps": np.zeros((0, n), int),
+                   "node_time": np.zeros((0, n))}
+    return Timeline(**arrays, staleness=staleness, resolution=float(resolution))
+
+
+def lockstep(num_nodes: int, num_ticks: int, waits: Waits = NOTHING) -> Rows:
+    """The rows of a run in which every node steps every tick (no cluster): rounds every ``waits.every`` steps
+    with every node."""
+    t = np.arange(num_ticks)
+    closes = (t + 1) % waits.every == 0 if waits.every else np.zeros(num_ticks, bool)
+    return Rows(jnp.ones((num_ticks, num_nodes), bool), jnp.asarray(closes),
+                jnp.asarray(np.repeat(closes[:, None], num_nodes, axis=1)))
+
+
+class OwnPace(NamedTuple):
+    """How a run at its own pace is simulated (``methods.train(..., own_pace=OwnPace(...))``; True: the defaults).
+
+    Attributes:
+      resolution: seconds within which step ends are taken in one tick (events closer than that may be taken
+        in either order); None: three quarters of the fastest node's nominal step, which keeps about three
+        quarters of the nodes due per tick at 20 % jitter (a masked step computes every node).
+    """
+
+    resolution: float | None = None
+
+    def tick_seconds(self, compute: clock.Compute, num_nodes: int) -> float:
+        """The fastest node's nominal step: about a tick's length (what message delays are rounded up to)."""
+        nominal = (np.asarray(compute.trace, float).mean(axis=1) if len(compute.trace)
+                   else compute.step_seconds(num_nodes))
+        return float(nominal.min())
+
+    def resolution_for(self, compute: clock.Compute, num_nodes: int) -> float:
+        if self.resolution is not None:
+            return float(self.resolution)
+        return 0.75 * self.tick_seconds(compute, num_nodes)
+
+
+def own_pace_of(own_pace: OwnPace | bool) -> OwnPace:
+    """``own_pace`` as an :class:`OwnPace` (True: the defaults)."""
+    return own_pace if isinstance(own_pace, OwnPace) else OwnPace()
+
+
+def of_run(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int, waits: Waits,
+           traffic=(), own_pace: OwnPace | bool = True) -> Timeline:
+    """The timeline of one run: :func:`timeline` with the round transfer of the method's blocking rounds
+    (``traffic``, :class:`jaxcomm.ledger.Round` values) on the cluster's links."""
+    settings = own_pace_of(own_pace)
+    round_seconds = sum(clock.round_seconds(r, cluster, num_nodes) for r in traffic if r.blocking)
+    resolution = settings.resolution_for(cluster.compute, num_nodes)
+    if waits == LOCKSTEP:  # one compiled step per round: a round's ticks collapsed into one
+        return timeline(cluster, num_nodes, num_ticks * num_nodes, seed=seed, waits=waits, resolution=resolution,
+                        round_seconds=round_seconds).collapsed(num_ticks)
+    return timeline(cluster, num_nodes, num_ticks, seed=seed, waits=waits, resolution=resolution,
+                    round_seconds=round_seconds)

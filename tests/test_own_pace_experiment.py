@@ -1,0 +1,47 @@
+"""experiments/own_pace.py and experiments/pace_benchmark.py on their smoke presets: what they write, read back."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import own_pace, pace_benchmark
+from jaxcomm import stats
+
+
+def test_the_own_pace_study_writes_paired_tables_and_resumes(tmp_path, record_training):
+    out = tmp_path / "own_pace"
+    args = ["--preset", "smoke", "--out", str(out), "--conditions", "lan_1g_0_stragglers", "wan_100m_1_stragglers",
+            "--methods", "isolated", "outputs", "diloco_quorum"]
+    assert own_pace.main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    lan = summary["tables"]["lan_1g_0_stragglers"]
+    isolated = lan["rows"]["isolated"]
+    assert summary["target_validation"] == int(np.floor(np.mean(isolated["validation"])))
+    # every seed ran to the horizon (1 s) and no further than one tick past it
+    assert all(s >= 1.0 for s in isolated["seconds_at_end"])
+    # the comparisons are outputs minus each other row, paired by seed, Holm-adjusted within the table
+    diffs = np.subtract(lan["rows"]["outputs"]["test"], lan["rows"]["diloco_quorum"]["test"])
+    quorum = next(c for c in lan["comparisons"] if c["other"] == "diloco_quorum")
+    assert quorum["mean"] == pytest.approx(diffs.mean())
+    assert [c["holm_p"] for c in lan["comparisons"]] == stats.holm([c["p"] for c in lan["comparisons"]])
+    # a straggler on the WAN: output sharing's straggler took about a third of the fast nodes' steps
+    steps = np.asarray(summary["tables"]["wan_100m_1_stragglers"]["rows"]["outputs"]["node_steps"])
+    assert steps.min() < 0.5 * steps.max()
+    table = (out / "table.md").read_text()
+    assert own_pace.main(["report", str(out)]) == 0 and (out / "table.md").read_text() == table
+    calls = record_training()
+    assert own_pace.main(args) == 0 and calls == []  # every pair already saved: nothing trains again
+
+
+def test_the_pace_benchmark_measures_both_arms_side_by_side(tmp_path):
+    out = tmp_path / "pace"
+    assert pace_benchmark.main(["--quick", "--out", str(out), "--chunk", "10"]) == 0
+    (row,) = json.loads((out / "summary.json").read_text())["rows"]
+    assert 0 < row["due_share"] < 1 and row["resolution_of_fastest_step"] == pytest.approx(0.75)
+    assert row["ratio"] == pytest.approx(row["own_pace_useful_node_steps_per_second"]
+                                         / row["lockstep_node_steps_per_second"])
+    # at its own pace the fast nodes no longer wait for the straggler: more node-steps per virtual second
+    assert row["virtual_node_steps_per_second"] > row["lockstep_virtual_node_steps_per_second"]
