@@ -9,14 +9,16 @@ presets (:data:`jaxcomm.clock.LINKS`); under churn every node goes off for Exp(2
 step it was taking. Methods, each saying what it waits for:
 
 * ``isolated``: output sharing with no content (waits for nothing, sends nothing);
-* ``outputs``: output sharing of true labels (Algorithm 2: waits for nothing; messages in flight by the link);
+* ``outputs``: output sharing of true labels on a ring of 2 out-neighbours, p_c = 0.5 and the equilibrium p_b =
+  0.25 (Algorithm 2: waits for nothing; messages in flight by the link);
 * ``sync_sgd``: synchronous SGD (every step waits for the slowest node and a ring all-reduce);
 * ``diloco``: synchronous DiLoCo, H = 10 (every round waits for every node);
 * ``diloco_quorum``: DiLoCo whose round closes on 7 of 10 reports within a grace window of one nominal step.
 
 Every run trains until ``horizon_seconds`` of virtual time (its own number of ticks, from its timeline, the most
 over its seeds), evaluated ``evaluations`` times on validation and test. Read per condition: the accuracy at the
-horizon (node average for the networks, the model's for the others; the networks' collective beside it) and
+horizon (the networks' collective decision, negentropy weights, as the thesis' tables; the others' one model; the
+networks' node average beside it) and
 the virtual seconds to the target (chosen on validation: the isolated nodes' final validation accuracy at 0
 stragglers on the LAN, mean over seeds, rounded down to a point). Output sharing minus every other method, paired
 by seed, with Holm's adjustment over each table's comparisons.
@@ -42,7 +44,7 @@ import time
 
 import numpy as np
 
-from jaxcomm import clock, data, data_parallel, exchange, local_sgd, methods, network, pace, stats
+from jaxcomm import clock, data, data_parallel, exchange, inbox, local_sgd, methods, network, pace, stats
 from jaxcomm.harness import results
 from jaxcomm.models import MLP
 
@@ -111,7 +113,9 @@ def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
     cluster, method = cluster_of(condition, preset), method_of(name, preset)
     model = MLP(hidden=preset.hidden, num_classes=dataset.num_classes)
     base = network.NetworkConfig(num_nodes=preset.num_nodes, batch_size=preset.batch_size, topology="ring",
-                                 num_neighbours=2, content="true_labels", num_steps=1, eval_every=1, seed=0)
+                                 num_neighbours=2, content="true_labels", consume_prob=0.5,
+                                 broadcast_prob=inbox.equilibrium_broadcast_prob(0.5, 2), num_steps=1, eval_every=1,
+                                 seed=0)
     probe = methods.build(method, base, model, dataset, cluster=cluster, own_pace=True)
     ticks = ticks_to_horizon(probe, cluster, preset.seeds, preset)
     configs = [base.replace(num_steps=ticks, eval_every=max(1, ticks // preset.evaluations), seed=s)
@@ -125,19 +129,19 @@ def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
 
 
 def curve_point(record: dict, name: str) -> dict:
-    """One evaluation: virtual seconds, validation and test accuracy (node average or the one model's), the
-    collective's (the networks'), each node's steps and the goodput."""
-    def acc(split):
-        r = record if split == "validation" else record[split]  # the first split is the record's
-        return r["avg_accuracy"]
+    """One evaluation: virtual seconds; validation and test accuracy as each method is scored (the networks' N
+    nodes by their collective decision, negentropy weights, as the thesis' tables; the others' one model), the node
+    average beside it; each node's steps and the goodput."""
+    def split_of(split):
+        return record if split == "validation" else record[split]  # the first split is the record's
 
-    def collective(split):
-        r = record if split == "validation" else record[split]  # the first split is the record's
-        return r.get("collective_accuracy", {}).get("negentropy", r["avg_accuracy"])
+    def scored(split):
+        r = split_of(split)
+        return r["collective_accuracy"]["negentropy"] if name in NETWORKS else r["avg_accuracy"]
 
-    return {"seconds": record["clock"]["seconds"], "tick": record["step"], "validation": acc("validation"),
-            "test": acc("test"), "validation_collective": collective("validation"),
-            "test_collective": collective("test"), "node_steps": record["pace"]["node_steps"],
+    return {"seconds": record["clock"]["seconds"], "tick": record["step"], "validation": scored("validation"),
+            "test": scored("test"), "validation_node_average": split_of("validation")["avg_accuracy"],
+            "test_node_average": split_of("test")["avg_accuracy"], "node_steps": record["pace"]["node_steps"],
             "goodput": record["pace"]["goodput"]}
 
 
@@ -160,7 +164,7 @@ def summarize(out: pathlib.Path, preset_name: str) -> dict:
                 continue
             final = [c[-1] for c in pair["curves"]]
             rows[name] = {"test": [p["test"] for p in final], "validation": [p["validation"] for p in final],
-                          "test_collective": [p["test_collective"] for p in final],
+                          "test_node_average": [p["test_node_average"] for p in final],
                           "seconds_at_end": [p["seconds"] for p in final],
                           "seconds_to_target": [seconds_to(c, target, "validation") for c in pair["curves"]],
                           "goodput": [p["goodput"] for p in final], "node_steps": [p["node_steps"] for p in final],
@@ -187,11 +191,11 @@ def table(summary: dict) -> str:
     for condition, t in summary["tables"].items():
         if not t["rows"]:
             continue
-        out.append(f"\n## {condition}\n\n| method | test acc. at horizon | collective | s to target (median) | "
+        out.append(f"\n## {condition}\n\n| method | test acc. at horizon | node average | s to target (median) | "
                    "goodput | node steps (min-max) |\n|---|---|---|---|---|---|")
         for name, r in t["rows"].items():
             mean, sd = stats.mean_sd(r["test"], digits=2)
-            coll, _ = stats.mean_sd(r["test_collective"], digits=2)
+            coll, _ = stats.mean_sd(r["test_node_average"], digits=2)
             reach = stats.median_seed(r["seconds_to_target"])
             steps = np.asarray(r["node_steps"])
             out.append(f"| {name} | {mean:.2f} ± {sd:.2f} | {coll:.2f} | "
