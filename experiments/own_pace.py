@@ -15,12 +15,12 @@ step it was taking. Methods, each saying what it waits for:
 * ``diloco``: synchronous DiLoCo, H = 10 (every round waits for every node);
 * ``diloco_quorum``: DiLoCo whose round closes on 7 of 10 reports within a grace window of one nominal step.
 
-Every run trains until ``horizon_seconds`` of virtual time (its own number of ticks, from its timeline, the most
-over its seeds), evaluated ``evaluations`` times on validation and test. Read per condition: the accuracy at the
-horizon (the networks' collective decision, negentropy weights, as the thesis' tables; the others' one model; the
-networks' node average beside it) and
-the virtual seconds to the target (chosen on validation: the isolated nodes' final validation accuracy at 0
-stragglers on the LAN, mean over seeds, rounded down to a point). Output sharing minus every other method, paired
+Every run trains to ``horizon_seconds`` of virtual time: the ticks of its own timeline that end by then (so its
+last evaluation is its model at the horizon), evaluated ``evaluations`` times on validation and test. Read per
+condition: the accuracy at the horizon (the networks' collective decision, negentropy weights, as the thesis'
+tables; the others' one model; the networks' node average beside it) and the virtual seconds to the target
+(chosen on validation: the isolated nodes' final validation accuracy at 0 stragglers on the LAN, mean over seeds,
+rounded down to a point). Output sharing minus every other method, paired
 by seed, with Holm's adjustment over each table's comparisons.
 
     python experiments/own_pace.py --preset cpu --out results/own_pace        # ~40 minutes on 2 CPU cores
@@ -45,7 +45,7 @@ import time
 import numpy as np
 
 from jaxcomm import clock, data, data_parallel, exchange, inbox, local_sgd, methods, network, pace, stats
-from jaxcomm.harness import results
+from jaxcomm.harness import report, results
 from jaxcomm.models import MLP
 
 
@@ -93,23 +93,19 @@ def cluster_of(condition: str, preset: Preset) -> clock.Cluster:
                          clock.LINKS[link], availability=CHURN if churn else None, name=condition)
 
 
-def ticks_to_horizon(built, cluster: clock.Cluster, seeds, preset: Preset) -> int:
-    """The most ticks any seed's timeline takes to reach the horizon."""
-    n, bound = preset.num_nodes, int(2 * preset.horizon_seconds / preset.step_seconds) + 10
-    config = built.config
-    need = 0
-    for seed in seeds:
-        probe = dataclasses.replace(built, config=config.replace(num_steps=bound, seed=seed))
-        timeline = pace.of_run(cluster, n, bound, seed=seed, waits=probe.waits,
-                               traffic=() if callable(probe.traffic) else probe.traffic)
-        reached = np.flatnonzero(timeline.time >= preset.horizon_seconds)
-        if not len(reached):
-            raise RuntimeError(f"{bound} ticks do not reach {preset.horizon_seconds} s")
-        need = max(need, int(reached[0]) + 1)
-    return need
+def ticks_within_horizon(built, cluster: clock.Cluster, seed: int, preset: Preset) -> int:
+    """The ticks of a seed's timeline that end by the horizon (at least one): its model at the horizon is the one
+    after the last of them."""
+    bound = int(2 * preset.horizon_seconds / preset.step_seconds) + 10
+    timeline = pace.of_run(cluster, preset.num_nodes, bound, seed=seed, waits=built.waits,
+                           traffic=() if callable(built.traffic) else built.traffic)
+    if timeline.time[-1] < preset.horizon_seconds:
+        raise RuntimeError(f"{bound} ticks do not reach {preset.horizon_seconds} s")
+    return max(1, int(np.sum(timeline.time <= preset.horizon_seconds)))
 
 
 def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
+    """Every seed of one method under one condition, each trained to the horizon (its own number of ticks)."""
     cluster, method = cluster_of(condition, preset), method_of(name, preset)
     model = MLP(hidden=preset.hidden, num_classes=dataset.num_classes)
     base = network.NetworkConfig(num_nodes=preset.num_nodes, batch_size=preset.batch_size, topology="ring",
@@ -117,15 +113,17 @@ def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
                                  broadcast_prob=inbox.equilibrium_broadcast_prob(0.5, 2), num_steps=1, eval_every=1,
                                  seed=0)
     probe = methods.build(method, base, model, dataset, cluster=cluster, own_pace=True)
-    ticks = ticks_to_horizon(probe, cluster, preset.seeds, preset)
-    configs = [base.replace(num_steps=ticks, eval_every=max(1, ticks // preset.evaluations), seed=s)
-               for s in preset.seeds]
-    start = time.perf_counter()
-    runs = methods.sweep(method, configs, model, dataset, eval_split=("validation", "test"), progress=False,
-                         cluster=cluster, own_pace=True)
-    curves = [[curve_point(record, name) for record in run["history"]] for run in runs]
+    start, curves, shares, ticks = time.perf_counter(), [], [], []
+    for seed in preset.seeds:
+        count = ticks_within_horizon(probe, cluster, seed, preset)
+        config = base.replace(num_steps=count, eval_every=max(1, count // preset.evaluations), seed=seed)
+        run = methods.train(method, config, model, dataset, eval_split=("validation", "test"), progress=False,
+                            cluster=cluster, own_pace=True)
+        curves.append([curve_point(record, name) for record in run["history"]])
+        shares.append(run["timeline"].due_share())
+        ticks.append(count)
     return {"condition": condition, "method": name, "ticks": ticks, "seconds": time.perf_counter() - start,
-            "curves": curves, "due_share": [run["timeline"].due_share() for run in runs]}
+            "curves": curves, "due_share": shares}
 
 
 def curve_point(record: dict, name: str) -> dict:
@@ -209,11 +207,40 @@ def table(summary: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def plot_curves(out: pathlib.Path) -> None:
+    """``curves.png``: test accuracy (as scored) against virtual seconds, mean over seeds, a panel per condition."""
+    pairs = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
+    conditions = [c for c in CONDITIONS if any(p["condition"] == c for p in pairs)]
+    plt = report.pyplot()
+    columns = min(4, len(conditions))
+    rows = -(-len(conditions) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False, sharey=True)
+    for ax, condition in zip(axes.flat, conditions, strict=False):
+        for pair in (p for p in pairs if p["condition"] == condition):
+            seconds = np.mean([[pt["seconds"] for pt in c] for c in pair["curves"]], axis=0)
+            accuracy = np.mean([[pt["test"] for pt in c] for c in pair["curves"]], axis=0)
+            ax.plot(seconds, accuracy, label=pair["method"], marker=".")
+        ax.set_title(condition, fontsize=9)
+        ax.set_xlabel("virtual seconds")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(conditions):]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("test accuracy (%)")
+    axes[0, 0].legend(fontsize=7)
+    report.save_figure(fig, out / "curves.png")
+
+
+def write_report(out: pathlib.Path, summary: dict) -> None:
+    """``table.md`` first, then the plot (a failing plot costs only a warning)."""
+    (out / "table.md").write_text(table(summary))
+    report.draw(curves=lambda: plot_curves(out))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
         out = pathlib.Path(argv[1])
-        (out / "table.md").write_text(table(json.loads((out / "summary.json").read_text())))
+        write_report(out, json.loads((out / "summary.json").read_text()))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
@@ -234,13 +261,13 @@ def main(argv: list[str] | None = None) -> int:
             pair = run_pair(condition, name, preset, dataset)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(pair) + "\n")
-            print(f"{condition} {name}: {pair['ticks']} ticks, test "
+            print(f"{condition} {name}: {max(pair['ticks'])} ticks, test "
                   f"{np.mean([c[-1]['test'] for c in pair['curves']]):.2f} in {pair['seconds']:.0f} s", flush=True)
     summary = summarize(out, args.preset) | {
         "command": results.command_line(), "git_commit": results.git_commit(), "device": results.device_description(),
         "wall_seconds": time.perf_counter() - start, "preset": dataclasses.asdict(preset)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (out / "table.md").write_text(table(summary))
+    write_report(out, summary)
     print(table(summary))
     return 0
 

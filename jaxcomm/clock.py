@@ -180,6 +180,8 @@ class Cluster(NamedTuple):
       name: how tables call it (default: the link's).
       availability: when nodes are off (:class:`Availability`; None: always on), read by
         :func:`jaxcomm.pace.timeline`.
+      uplinks, downlinks: per-node bandwidth caps in bytes per second (empty: none): a transfer from i to j runs at
+        the least of its link's bandwidth, i's uplink and j's downlink (asymmetric access links).
     """
 
     compute: Compute
@@ -187,18 +189,32 @@ class Cluster(NamedTuple):
     edges: Mapping[tuple[int, int], Link] = {}
     name: str = ""
     availability: Availability | None = None
+    uplinks: tuple[float, ...] = ()
+    downlinks: tuple[float, ...] = ()
 
     @property
     def label(self) -> str:
         return self.name or self.link.name
 
     def link_between(self, i: int, j: int) -> Link:
-        return self.edges.get((i, j), self.link)
+        """The link from i to j: its edge's (or the cluster's), capped by i's uplink and j's downlink."""
+        link = self.edges.get((i, j), self.link)
+        caps = [link.bandwidth, *(self.uplinks[i:i + 1]), *(self.downlinks[j:j + 1])]
+        return link if min(caps) == link.bandwidth else link._replace(bandwidth=min(caps))
 
     def slowest(self, pairs) -> Link:
         """The link of least bandwidth (then most latency) among the ``(i, j)`` pairs."""
         links = [self.link_between(i, j) for i, j in pairs] or [self.link]
         return Link(min(lk.bandwidth for lk in links), max(lk.latency for lk in links), "slowest")
+
+
+def two_tier(compute: Compute, num_nodes: int, *, regions: int = 2, inside: Link = LAN, between: Link = WAN,
+             name: str = "") -> Cluster:
+    """Nodes in ``regions`` equal regions (node i in region ``i * regions // num_nodes``): ``inside`` links within a
+    region, ``between`` links across (a ring of the nodes in id order crosses regions ``regions`` times)."""
+    region = [i * regions // num_nodes for i in range(num_nodes)]
+    edges = {(i, j): between for i in range(num_nodes) for j in range(num_nodes) if region[i] != region[j]}
+    return Cluster(compute, inside, edges, name or f"{inside.name}_x{regions}_{between.name}")
 
 
 def round_seconds(r: ledger.Round, cluster: Cluster, num_nodes: int) -> float:

@@ -218,11 +218,13 @@ class NodesState(NamedTuple):
 
 class Tick(NamedTuple):
     """The current tick's row (:meth:`Population.tick`). Attributes: due: ``[N] bool`` the nodes that step; closes:
-    ``[] bool`` a round closes after the step; members: ``[N] bool`` its members."""
+    ``[] bool`` a round closes after the step; members: ``[N] bool`` its members; steps: ``[N] int32`` each node's
+    steps after this one."""
 
     due: jax.Array
     closes: jax.Array
     members: jax.Array
+    steps: jax.Array
 
 
 class LocalInfo(NamedTuple):
@@ -340,11 +342,10 @@ class Population:
         """This step's row: the nodes due and the round that closes (read before the step). At its own pace, the
         timeline's; in lockstep, every node, and a round of every node each ``waits.every`` steps."""
         if state.pace is not None:
-            rows = state.pace
-            return Tick(rows.due[state.step], rows.closes[state.step], rows.members[state.step])
+            return Tick(*(rows[state.step] for rows in state.pace))
         n, every = self.config.num_nodes, self.waits.every
         closes = (state.step + 1) % every == 0 if every else jnp.zeros((), bool)
-        return Tick(jnp.ones(n, bool), closes, jnp.broadcast_to(closes, (n,)))
+        return Tick(jnp.ones(n, bool), closes, jnp.broadcast_to(closes, (n,)), jnp.broadcast_to(state.step + 1, (n,)))
 
     def train(self, state: NodesState, data: classifier.ShardData, keys: streams.StepKeys,
               batch: classifier.Minibatch, *extra: jax.Array) -> tuple[NodesState, LocalInfo]:

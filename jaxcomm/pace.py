@@ -81,11 +81,13 @@ class Rows(NamedTuple):
       due: ``[T, N] bool`` the nodes whose step ends at tick t (the others hold).
       closes: ``[T] bool`` a round closes after tick t's steps.
       members: ``[T, N] bool`` the nodes in that round (those that reported).
+      steps: ``[T, N] int32`` each node's steps after tick t (a method's own period, counted in a node's steps).
     """
 
     due: jnp.ndarray
     closes: jnp.ndarray
     members: jnp.ndarray
+    steps: jnp.ndarray
 
 
 class Timeline(NamedTuple):
@@ -123,7 +125,8 @@ class Timeline(NamedTuple):
 
     def rows(self) -> Rows:
         """The device rows the compiled step reads (:class:`Rows`)."""
-        return Rows(jnp.asarray(self.due), jnp.asarray(self.closes), jnp.asarray(self.members))
+        return Rows(jnp.asarray(self.due), jnp.asarray(self.closes), jnp.asarray(self.members),
+                    jnp.asarray(self.steps, jnp.int32))
 
     def due_share(self) -> float:
         """The mean share of nodes due per tick: a masked step computes every node, so its useful work."""
@@ -335,7 +338,8 @@ def lockstep(num_nodes: int, num_ticks: int, waits: Waits = NOTHING) -> Rows:
     t = np.arange(num_ticks)
     closes = (t + 1) % waits.every == 0 if waits.every else np.zeros(num_ticks, bool)
     return Rows(jnp.ones((num_ticks, num_nodes), bool), jnp.asarray(closes),
-                jnp.asarray(np.repeat(closes[:, None], num_nodes, axis=1)))
+                jnp.asarray(np.repeat(closes[:, None], num_nodes, axis=1)),
+                jnp.asarray(np.repeat(t[:, None] + 1, num_nodes, axis=1), jnp.int32))
 
 
 class OwnPace(NamedTuple):

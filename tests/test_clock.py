@@ -251,3 +251,16 @@ def test_messages_in_flight_resume_from_a_checkpoint_bit_for_bit(tiny_dataset, t
     assert resumed["resumed_from"] == 4 and whole["built"].delays.max() == 4
     assert resumed["final"]["counters"] == whole["final"]["counters"] and whole["final"]["counters"]["in_flight"]
     jax.tree_util.tree_map(np.testing.assert_array_equal, resumed["state"], whole["state"])
+
+
+def test_two_tier_links_and_asymmetric_access_links():
+    cluster = clock.two_tier(clock.Compute(0.1), 4, regions=2)
+    assert cluster.link_between(0, 1) == clock.LAN and cluster.link_between(1, 2) == clock.WAN
+    assert cluster.label == "lan_1g_x2_wan_100m"
+    # a ring all-reduce crosses the WAN: its hops run at the WAN's rate
+    r = ledger.Round("allreduce", 4e6)
+    assert clock.round_seconds(r, cluster, 4) == pytest.approx(2 * 3 * (clock.WAN.latency + 1e6 / clock.WAN.bandwidth))
+    # a node whose uplink is 10 Mbit/s sends at that rate whatever its link; another receives at its downlink's
+    capped = clock.Cluster(clock.Compute(0.1), clock.LAN, uplinks=(1.25e6, 1e12), downlinks=(1e12, 2.5e6))
+    assert capped.link_between(0, 1).bandwidth == 1.25e6 and capped.link_between(1, 0).bandwidth == clock.LAN.bandwidth
+    assert capped.link_between(1, 1).bandwidth == 2.5e6

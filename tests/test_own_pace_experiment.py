@@ -20,8 +20,8 @@ def test_the_own_pace_study_writes_paired_tables_and_resumes(tmp_path, record_tr
     lan = summary["tables"]["lan_1g_0_stragglers"]
     isolated = lan["rows"]["isolated"]
     assert summary["target_validation"] == int(np.floor(np.mean(isolated["validation"])))
-    # every seed ran to the horizon (1 s) and no further than one tick past it
-    assert all(s >= 1.0 for s in isolated["seconds_at_end"])
+    # every seed ran to the horizon (1 s): its last tick ends by then, the next one after
+    assert all(0.9 <= s <= 1.0 for s in isolated["seconds_at_end"])
     # the comparisons are outputs minus each other row, paired by seed, Holm-adjusted within the table
     diffs = np.subtract(lan["rows"]["outputs"]["test"], lan["rows"]["diloco_quorum"]["test"])
     quorum = next(c for c in lan["comparisons"] if c["other"] == "diloco_quorum")

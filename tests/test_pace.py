@@ -297,3 +297,30 @@ def test_output_sharing_at_its_own_pace_steps_sends_and_reads_only_when_due(tiny
     # a message of 8 MNIST-sized images and labels takes > 40 ms on the WAN: a tick (1 s) in flight
     assert built.delays[0, 1] == 1
 
+
+
+def test_gossip_at_equal_speeds_averages_as_lockstep_and_at_its_own_pace_on_its_own_steps(tiny_dataset):
+    method = network.gossip_averaging(2, num_neighbours=1)
+    plain = methods.train(method, config(), MODEL, tiny_dataset, progress=False)
+    paced = methods.train(method, config(), MODEL, tiny_dataset, progress=False,
+                          cluster=clock.Cluster(clock.Compute(1.0), clock.INSTANT), own_pace=True)
+    for a, b in zip(leaves(plain["state"].nodes.params), leaves(paced["state"].nodes.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # the same average, summed in another order
+    # speeds 1, 1, 2 on a ring 0 -> 1 -> 2 -> 0: node 0 averages with the last copy node 2 sent
+    built = methods.build(method, config(), MODEL, tiny_dataset, own_pace=True)
+    paced, timeline = methods.at_own_pace(built, cluster(1, 1, 2), True)
+    step, state = jax.jit(paced.step), paced.init(jax.random.PRNGKey(0))
+    data = methods.shard_data(method, tiny_dataset, config())
+    first = state
+    for _ in range(2):  # tick 0: nodes 0, 1 step; tick 1 (2 s): every node, nodes 0 and 1 at their 2nd step
+        before = state
+        state, _ = step(state, data)
+    np.testing.assert_array_equal(timeline.steps[1], [2, 2, 1])
+    local_only = methods.build(isolated(), config(), MODEL, tiny_dataset)  # the same local step, no averaging
+    lone, _ = jax.jit(local_only.step)(before._replace(pace=None, extra=None), data)
+    for got, local, initial in zip(leaves(state.nodes.params), leaves(lone.nodes.params),
+                                   leaves(first.nodes.params), strict=True):
+        # node 0 gossips at its 2nd step with node 2's copy: node 2's initial values (it has sent nothing yet)
+        np.testing.assert_allclose(got[0], (local[0] + initial[2]) / 2, rtol=1e-5, atol=1e-6)
+        # node 2 took its first step: not its gossip step
+        np.testing.assert_array_equal(got[2], local[2])
