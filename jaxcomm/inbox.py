@@ -118,12 +118,20 @@ def init(
     return InboxState(messages, zeros(n), zeros(n), counters)
 
 
-def pop(state: InboxState, want: jax.Array) -> tuple[InboxState, Message, jax.Array]:
-    """Each node that wants to consume takes its oldest message, if any.
+def oldest(state: InboxState) -> Message:
+    """Each inbox's oldest message, leaves ``[N, ...]`` (garbage where an inbox is empty), left in place."""
+    rows = jnp.arange(state.head.shape[0])
+    return jax.tree_util.tree_map(lambda leaf: leaf[rows, state.head], state.messages)
+
+
+def pop(state: InboxState, want: jax.Array, ready: jax.Array | None = None) -> tuple[InboxState, Message, jax.Array]:
+    """Each node that wants to consume takes its oldest message, if any (and if ``ready``).
 
     Args:
       state: the inboxes.
       want: ``[N] bool``, the nodes' consume draws.
+      ready: ``[N] bool``, whether each oldest message may be read yet (at its own pace: it arrived before the
+        reader's step began); None: every one.
 
     Returns:
       ``(state, message, got)``: ``message`` has leaves ``[N, ...]`` (garbage
@@ -132,9 +140,8 @@ def pop(state: InboxState, want: jax.Array) -> tuple[InboxState, Message, jax.Ar
       data instead, Algorithm 2 line 8 with an empty queue).
     """
     capacity = state.capacity
-    got = want & (state.count > 0)
-    rows = jnp.arange(want.shape[0])
-    message = jax.tree_util.tree_map(lambda leaf: leaf[rows, state.head], state.messages)
+    got = want & (state.count > 0) & (True if ready is None else ready)
+    message = oldest(state)
     c = state.counters
     counters = c._replace(
         consumed=c.consumed + got,
@@ -238,11 +245,15 @@ class Transit(NamedTuple):
       edges: ``[D, N, N] bool``: copies sent at that step (sender, receiver) not yet arrived.
       age: ``[N] int32``: the summed age, in steps from sending to consumption, of the messages each node
         consumed (1: sent at the step before).
+      age_seconds, age_steps: at its own pace (:mod:`jaxcomm.pace`), the summed ages of the messages each node
+        consumed in virtual seconds (float32) and in the receiver's own steps; None otherwise.
     """
 
     messages: Message
     edges: jax.Array
     age: jax.Array
+    age_seconds: jax.Array | None = None
+    age_steps: jax.Array | None = None
 
     @property
     def in_flight(self) -> jax.Array:
@@ -250,13 +261,16 @@ class Transit(NamedTuple):
         return self.edges.sum((0, 1), dtype=jnp.int32)
 
 
-def transit_init(delays, batch_size: int, payload_dim: int, payload_dtype: jnp.dtype = jnp.float32) -> Transit:
-    """Nothing in flight, for the ``[N, N]`` integer ``delays`` (receiver steps; depth D = max delay + 1)."""
+def transit_init(delays, batch_size: int, payload_dim: int, payload_dtype: jnp.dtype = jnp.float32, *,
+                 timed: bool = False) -> Transit:
+    """Nothing in flight, for the ``[N, N]`` integer ``delays`` (receiver steps; depth D = max delay + 1); ``timed``:
+    ages also in seconds and receiver steps (a run at its own pace)."""
     n = delays.shape[0]
     depth = int(delays.max()) + 1
     box = init(n, depth, batch_size, payload_dim, payload_dtype)
     messages = jax.tree_util.tree_map(lambda leaf: jnp.moveaxis(leaf, 1, 0), box.messages)  # [D, N, ...]
-    return Transit(messages, jnp.zeros((depth, n, n), bool), jnp.zeros((n,), jnp.int32))
+    return Transit(messages, jnp.zeros((depth, n, n), bool), jnp.zeros((n,), jnp.int32),
+                   jnp.zeros((n,), jnp.float32) if timed else None, jnp.zeros((n,), jnp.int32) if timed else None)
 
 
 def send(

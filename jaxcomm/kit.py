@@ -342,7 +342,9 @@ class Population:
         """This step's row: the nodes due and the round that closes (read before the step). At its own pace, the
         timeline's; in lockstep, every node, and a round of every node each ``waits.every`` steps."""
         if state.pace is not None:
-            return Tick(*(rows[state.step] for rows in state.pace))
+            rows = state.pace
+            return Tick(rows.due[state.step], rows.closes[state.step], rows.members[state.step],
+                        rows.steps[state.step])
         n, every = self.config.num_nodes, self.waits.every
         closes = (state.step + 1) % every == 0 if every else jnp.zeros((), bool)
         return Tick(jnp.ones(n, bool), closes, jnp.broadcast_to(closes, (n,)), jnp.broadcast_to(state.step + 1, (n,)))

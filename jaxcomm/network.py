@@ -556,8 +556,9 @@ def make_network(
         flight (:func:`jaxcomm.clock.delivery_steps`, from the out-degrees of the graph at step 0 of the
         config's seed); None: they arrive at once.
       own_pace: built for a run at its own pace on ``cluster`` (True or a :class:`jaxcomm.pace.OwnPace`): the
-        nodes stay stacked, and a message spends ``ceil(seconds / tick)`` ticks in flight, a tick being the
-        fastest node's nominal step (:meth:`jaxcomm.pace.OwnPace.tick_seconds`: arrivals are rounded up to it).
+        nodes stay stacked, and a node reads its oldest message only if it arrived (the sender's step end plus
+        :func:`jaxcomm.clock.delivery_seconds`) before the reader's step began; until then it trains on local data
+        (a fallback). Messages queue in order of sending: a later one from a nearer sender waits behind it.
 
     Returns:
       A :class:`Network`.
@@ -620,14 +621,14 @@ def make_network(
     sample_bytes = int(np.prod(image_shape))
     message_bytes = exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
                                             data_model=config.data_model)
-    delays = None
+    delays, link_seconds = None, None
     if cluster is not None and sends:
         first = kit.first_graph(config, graph)  # the run's own graph at step 0
         everyone = np.ones_like(first) & ~np.eye(n, dtype=bool)
-        if own_pace:
-            tick = pace.own_pace_of(own_pace).tick_seconds(cluster.compute, n)
-            seconds = clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1))
-            delays = np.ceil(seconds / tick - 1e-9).clip(min=0).astype(np.int32)
+        if own_pace:  # a message is read once it has arrived, timed on the host's timeline (no ticks in flight)
+            link_seconds = jnp.asarray(clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1)),
+                                       jnp.float32)
+            delays = np.zeros((n, n), np.int32)
         else:
             delays = clock.delivery_steps(cluster, everyone, message_bytes, copies=first.sum(1))
 
@@ -639,7 +640,8 @@ def make_network(
         return NetworkState(nodes, box, jnp.asarray(graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool),
                             jnp.zeros((), jnp.int32), keys.run, keys.graph, everyone, everyone,
                             jnp.zeros((), jnp.int32),
-                            None if delays is None else inbox.transit_init(delays, b, payload_dim),
+                            None if delays is None else inbox.transit_init(delays, b, payload_dim,
+                                                                           timed=bool(own_pace)),
                             jnp.zeros((), jnp.int32) if by_content else None)
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
@@ -662,11 +664,22 @@ def make_network(
         payload = jnp.zeros((n, b, payload_dim), jnp.float32)
         indices, transit = local, state.transit
         if sends:
-            box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0))
+            ready = None
+            if due is not None and link_seconds is not None:  # the oldest message arrived before the step began
+                first, mine = inbox.oldest(box), jnp.arange(n)
+                arrival = state.pace.end[first.sent_step, first.sender] + link_seconds[first.sender, mine]
+                ready = arrival <= state.pace.start[state.step, mine]
+            box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0), ready)
             indices = jnp.where(got[:, None], message.indices, local)
             payload, source = message.payload, jnp.where(got, message.sender, -1)
             if transit is not None:
                 transit = transit._replace(age=transit.age + jnp.where(got, state.step - message.sent_step, 0))
+            if transit is not None and state.pace is not None:  # ages in seconds and in the receiver's steps
+                rows, sent, mine = state.pace, message.sent_step, jnp.arange(n)
+                seconds = rows.start[state.step, mine] - rows.end[sent, message.sender]  # its end to my step's start
+                steps = rows.steps[state.step, mine] - rows.steps[sent, mine]  # 1: sent during my step before
+                transit = transit._replace(age_seconds=transit.age_seconds + jnp.where(got, seconds, 0.0),
+                                           age_steps=transit.age_steps + jnp.where(got, steps, 0))
         images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
         nodes, (loss, outgoing) = population.state_and_aux(node_step(
             tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
@@ -724,8 +737,11 @@ def counter_totals(state) -> dict:
     transit = getattr(state, "transit", None)
     if transit is not None:  # sent = received + in flight; the mean age of a consumed message, in steps
         in_flight, age = population.to_host((transit.in_flight, transit.age))
-        totals |= {"in_flight": int(np.sum(in_flight)),
-                   "mean_age": float(np.sum(age) / totals["consumed"]) if totals["consumed"] else None}
+        mean = lambda total: float(np.sum(total) / totals["consumed"]) if totals["consumed"] else None  # noqa: E731
+        totals |= {"in_flight": int(np.sum(in_flight)), "mean_age": mean(age)}
+        if transit.age_seconds is not None:  # at its own pace: ticks, virtual seconds and the receiver's own steps
+            seconds, steps = population.to_host((transit.age_seconds, transit.age_steps))
+            totals |= {"mean_age_seconds": mean(seconds), "mean_age_receiver_steps": mean(steps)}
     return totals
 
 

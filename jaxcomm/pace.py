@@ -82,12 +82,16 @@ class Rows(NamedTuple):
       closes: ``[T] bool`` a round closes after tick t's steps.
       members: ``[T, N] bool`` the nodes in that round (those that reported).
       steps: ``[T, N] int32`` each node's steps after tick t (a method's own period, counted in a node's steps).
+      start, end: ``[T, N] float32`` virtual seconds at which the step of each node that ends by tick t began, and
+        its end (what a message read or sent is timed by; float32: about 1e-7 of the time).
     """
 
     due: jnp.ndarray
     closes: jnp.ndarray
     members: jnp.ndarray
     steps: jnp.ndarray
+    start: jnp.ndarray
+    end: jnp.ndarray
 
 
 class Timeline(NamedTuple):
@@ -100,6 +104,7 @@ class Timeline(NamedTuple):
       closes: ``[T] bool``; members: ``[T, N] bool``: the rounds (:class:`Waits`).
       steps: ``[T, N]`` each node's steps after tick t.
       node_time: ``[T, N]`` the end of each node's last step by tick t (0 before its first).
+      node_start: ``[T, N]`` the start of that step.
       useful: ``[T]`` node-seconds of steps that reach the models by tick t (every completed step of a method that
         waits for nothing; a round's members' steps once merged).
       lost: ``[T]`` node-seconds of steps cut short by a node going off, by tick t.
@@ -114,6 +119,7 @@ class Timeline(NamedTuple):
     members: np.ndarray
     steps: np.ndarray
     node_time: np.ndarray
+    node_start: np.ndarray
     useful: np.ndarray
     lost: np.ndarray
     staleness: list
@@ -126,7 +132,8 @@ class Timeline(NamedTuple):
     def rows(self) -> Rows:
         """The device rows the compiled step reads (:class:`Rows`)."""
         return Rows(jnp.asarray(self.due), jnp.asarray(self.closes), jnp.asarray(self.members),
-                    jnp.asarray(self.steps, jnp.int32))
+                    jnp.asarray(self.steps, jnp.int32), jnp.asarray(self.node_start, jnp.float32),
+                    jnp.asarray(self.node_time, jnp.float32))
 
     def due_share(self) -> float:
         """The mean share of nodes due per tick: a masked step computes every node, so its useful work."""
@@ -149,7 +156,7 @@ class Timeline(NamedTuple):
         n = self.due.shape[1]
         every = np.ones((num_rounds, n), bool)
         return Timeline(self.time[ends], every, np.ones(num_rounds, bool), every, self.steps[ends],
-                        self.node_time[ends], self.useful[ends], self.lost[ends],
+                        self.node_time[ends], self.node_start[ends], self.useful[ends], self.lost[ends],
                         [(r, age, rounds) for r, (_, age, rounds) in enumerate(self.staleness[:num_rounds])],
                         self.resolution)
 
@@ -269,14 +276,15 @@ def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: in
     for i in range(n):
         start(i, 0.0)
     steps = np.zeros(n, int)
-    last_end = np.zeros(n)
+    last_end, last_start = np.zeros(n), np.zeros(n)
     round_start = np.zeros(n)  # when each node started its current round (its copy of the global model)
     rounds_done = np.zeros(n, int)  # rounds closed when it started it
     reported = np.zeros(n, bool)
     pending = np.zeros(n)  # seconds of steps not yet merged
     useful = 0.0
     closed = 0
-    out = {name: [] for name in ("time", "due", "closes", "members", "steps", "node_time", "useful", "lost")}
+    out = {name: [] for name in ("time", "due", "closes", "members", "steps", "node_time", "node_start", "useful",
+                                 "lost")}
     staleness = []
     for t in range(num_ticks):
         active = np.isfinite(ready)
@@ -286,7 +294,7 @@ def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: in
         due = active & (ready <= now + resolution)
         time = float(ready[due].max())
         steps[due] += 1
-        last_end[due] = ready[due]
+        last_end[due], last_start[due] = ready[due], began[due]
         members = np.zeros(n, bool)
         closes = False
         for i in np.flatnonzero(due):
@@ -323,23 +331,25 @@ def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: in
         out["members"].append(members)
         out["steps"].append(steps.copy())
         out["node_time"].append(last_end.copy())
+        out["node_start"].append(last_start.copy())
         out["useful"].append(useful)
         out["lost"].append(lost)
     arrays = {k: np.asarray(v) for k, v in out.items()}
     if num_ticks == 0:
         arrays |= {"due": np.zeros((0, n), bool), "members": np.zeros((0, n), bool), "steps": np.zeros((0, n), int),
-                   "node_time": np.zeros((0, n))}
+                   "node_time": np.zeros((0, n)), "node_start": np.zeros((0, n))}
     return Timeline(**arrays, staleness=staleness, resolution=float(resolution))
 
 
 def lockstep(num_nodes: int, num_ticks: int, waits: Waits = NOTHING) -> Rows:
-    """The rows of a run in which every node steps every tick (no cluster): rounds every ``waits.every`` steps
-    with every node."""
+    """The rows of a run in which every node steps every tick (no cluster), a step a second: rounds every
+    ``waits.every`` steps with every node."""
     t = np.arange(num_ticks)
     closes = (t + 1) % waits.every == 0 if waits.every else np.zeros(num_ticks, bool)
     return Rows(jnp.ones((num_ticks, num_nodes), bool), jnp.asarray(closes),
                 jnp.asarray(np.repeat(closes[:, None], num_nodes, axis=1)),
-                jnp.asarray(np.repeat(t[:, None] + 1, num_nodes, axis=1), jnp.int32))
+                *(jnp.asarray(np.repeat(t[:, None] + k, num_nodes, axis=1), dtype) for k, dtype in
+                  ((1, jnp.int32), (0, jnp.float32), (1, jnp.float32))))
 
 
 class OwnPace(NamedTuple):

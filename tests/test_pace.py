@@ -294,8 +294,22 @@ def test_output_sharing_at_its_own_pace_steps_sends_and_reads_only_when_due(tiny
             np.testing.assert_array_equal(a[~due], b[~due])  # the nodes not due hold
     counters = network.counter_totals(state)
     assert counters["sent"] == counters["received"] + counters["in_flight"]  # conserved
-    # a message of 8 MNIST-sized images and labels takes > 40 ms on the WAN: a tick (1 s) in flight
-    assert built.delays[0, 1] == 1
+    # on the WAN (40 ms, a message of 8 images) every message read had arrived before its reader's step began
+    assert counters["mean_age_seconds"] > 0.04
+
+
+def test_a_message_is_read_once_it_arrived_before_the_readers_step_began_by_hand(tiny_dataset):
+    # nodes 0 -> 1 -> 0 of speeds 1 and 2 s, instant links, every step a broadcast and a read
+    two = sharing_config(num_nodes=2, num_neighbours=1, consume_prob=1.0, broadcast_prob=1.0, num_steps=4)
+    result = methods.train(network.output_sharing(), two, MODEL, tiny_dataset, progress=False,
+                           cluster=clock.Cluster(clock.Compute(1.0, speed=(1.0, 2.0)), clock.INSTANT), own_pace=True)
+    # ticks at 1, 2, 3, 4 s. Node 1's step 0-2 s began before node 0's first message (sent at 1 s): not read.
+    # Node 0's step 2-3 s reads node 1's message of 2 s (age 0 s, 1 of its steps); node 1's step 2-4 s reads node
+    # 0's message of 1 s (age 1 s, 2 of its steps); the other 4 wishes find nothing that has arrived.
+    counters = result["history"][-1]["counters"]
+    assert counters["consumed"] == 2 and counters["fallbacks"] == 4
+    assert counters["mean_age_seconds"] == pytest.approx(0.5)
+    assert counters["mean_age_receiver_steps"] == pytest.approx(1.5)
 
 
 
