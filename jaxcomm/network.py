@@ -909,6 +909,33 @@ def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = 
                           configure=lambda c: c.replace(topology="ring", num_neighbours=num_neighbours))
 
 
+def random_peer_gossip(every: int, *, name: str | None = None) -> methods.Method:
+    """NoLoCo-style gossip (Kolehmainen et al. 2025, "NoLoCo"): every ``every`` of its own steps a node fetches the
+    current model of one peer drawn at random (stream ``"random_peer"``) and averages with it, parameters and
+    BatchNorm statistics, half and half; no all-reduce and no fixed graph. Waits for nothing: at its own pace the
+    peer's model is the one after its last completed step. The ledger books one model per node and round."""
+
+    def build(config, model, *, image_shape, num_classes):
+        pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes)
+        n = config.num_nodes
+
+        def step(state: kit.NodesState, data):
+            tick = pop.tick(state)
+            draw = streams.named(state.key, "random_peer")  # before the local step advances the key
+            state, info = pop.local_step(state, data)
+            peers = (jnp.arange(n) + jax.random.randint(draw, (n,), 1, max(n, 2))) % n  # anyone but itself
+            averages = tick.due & (tick.steps % every == 0)
+            values = (state.nodes.params, state.nodes.model_state)
+            mixed = jax.tree_util.tree_map(lambda v: ((v + v[peers]) / 2).astype(v.dtype), values)
+            params, model_state = population.where(averages, mixed, values)
+            return state._replace(nodes=state.nodes._replace(params=params, model_state=model_state)), info
+
+        traffic = (ledger.Round("neighbours", 4.0 * pop.node_values, every=every, edges=n, blocking=False),)
+        return pop.built(step, traffic=traffic)
+
+    return methods.Method(name or f"random_peer_{every}", build, family="gossip", per_run=methods.KIT_PER_RUN)
+
+
 def system(network: Network, evaluator: Evaluator) -> driver.System:
     """The network as a :class:`jaxcomm.driver.System`: its step, and records of losses, evaluator metrics
     and inbox counters."""

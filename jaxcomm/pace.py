@@ -162,14 +162,20 @@ class Timeline(NamedTuple):
 
     def record(self, ticks: int) -> dict:
         """The ``pace`` record of a history entry after ``ticks`` ticks: the virtual time, each node's steps and
-        last step's end, the goodput and the node-seconds lost."""
+        last step's end, the goodput and the node-seconds lost; with rounds, how many closed, the mean age of their
+        oldest member's global model and the most rounds a member missed."""
         if ticks == 0:
             n = self.due.shape[1]
             return {"seconds": 0.0, "node_steps": [0] * n, "node_seconds": [0.0] * n, "goodput": 1.0, "lost": 0.0}
         t = ticks - 1
-        return {"seconds": float(self.time[t]), "node_steps": self.steps[t].tolist(),
-                "node_seconds": self.node_time[t].tolist(), "goodput": self.goodput(ticks),
-                "lost": float(self.lost[t])}
+        record = {"seconds": float(self.time[t]), "node_steps": self.steps[t].tolist(),
+                  "node_seconds": self.node_time[t].tolist(), "goodput": self.goodput(ticks),
+                  "lost": float(self.lost[t])}
+        closed = [(age, rounds) for tick, age, rounds in self.staleness if tick <= t]
+        if closed:  # the merged models' ages: seconds since their global model was made, rounds missed
+            record |= {"rounds": len(closed), "mean_round_age_seconds": float(np.mean([a for a, _ in closed])),
+                       "max_rounds_missed": int(max(r for _, r in closed))}
+        return record
 
 
 class _Durations:

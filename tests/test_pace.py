@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcomm import clock, data_parallel, kit, local_sgd, methods, network, pace, population
+from jaxcomm import clock, data_parallel, kit, local_sgd, methods, network, pace, population, streams
 from jaxcomm.models import MLP
 
 MODEL = MLP(hidden=(12,), num_classes=4)
@@ -55,6 +55,9 @@ def test_a_quorum_round_leaves_the_straggler_behind_and_merges_it_late():
     np.testing.assert_array_equal(tl.members[[1, 3, 5]], [[1, 1, 0], [1, 1, 0], [1, 1, 1]])
     # the straggler reports at 6 from the global model of time 0, two rounds old
     assert tl.staleness[-1] == (5, 6.0, 2)
+    record = tl.record(6)  # ages 2, 2 and 6 s
+    assert record["rounds"] == 3 and record["max_rounds_missed"] == 2
+    assert record["mean_round_age_seconds"] == pytest.approx(10 / 3)
     # a grace window of 1.5 s after the quorum does not reach the straggler's report at 6 either
     graced = pace.timeline(cluster(1, 1, 3), 3, 3, waits=pace.Waits(2, 2, 1.5))
     # the round waits past the straggler's first step (at 3, not a report) and closes at 3.5 after that tick
@@ -338,3 +341,22 @@ def test_gossip_at_equal_speeds_averages_as_lockstep_and_at_its_own_pace_on_its_
         np.testing.assert_allclose(got[0], (local[0] + initial[2]) / 2, rtol=1e-5, atol=1e-6)
         # node 2 took its first step: not its gossip step
         np.testing.assert_array_equal(got[2], local[2])
+
+
+def test_random_peer_gossip_averages_with_one_random_peer_by_hand(tiny_dataset):
+    method = network.random_peer_gossip(1)
+    built = methods.build(method, config(), MODEL, tiny_dataset)
+    data = methods.shard_data(method, tiny_dataset, config())
+    state = built.init(jax.random.PRNGKey(0))
+    after, _ = jax.jit(built.step)(state, data)
+    local, _ = jax.jit(methods.build(isolated(), config(), MODEL, tiny_dataset).step)(state, data)
+    draw = jax.random.randint(streams.named(state.key, "random_peer"), (3,), 1, 3)
+    peers = (np.arange(3) + np.asarray(draw)) % 3
+    assert (peers != np.arange(3)).all()
+    for got, own in zip(leaves(after.nodes.params), leaves(local.nodes.params), strict=True):
+        np.testing.assert_allclose(got, (own + own[peers]) / 2, rtol=1e-6, atol=1e-7)
+    # at its own pace a node averages at its own steps only: the straggler (3 s) has not by tick 0
+    paced, timeline = methods.at_own_pace(built, cluster(1, 1, 3), True)
+    ticked, _ = jax.jit(paced.step)(paced.init(jax.random.PRNGKey(0)), data)
+    for got, initial in zip(leaves(ticked.nodes.params), leaves(state.nodes.params), strict=True):
+        np.testing.assert_array_equal(got[2], initial[2])
