@@ -92,11 +92,16 @@ def table(summary: dict) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def write_report(out: pathlib.Path | str, *, plots: bool = True) -> None:
+    """``table.md`` from ``summary.json`` (no plots)."""
+    out = pathlib.Path(out)
+    (out / "table.md").write_text(table(json.loads((out / "summary.json").read_text())))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
-        out = pathlib.Path(argv[1])
-        (out / "table.md").write_text(table(json.loads((out / "summary.json").read_text())))
+        write_report(argv[1])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/benchmark/pace")
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "table.md").write_text(table(summary))
+    write_report(out)
     print(table(summary))
     return 0
 
