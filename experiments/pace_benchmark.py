@@ -27,7 +27,8 @@ import time
 
 ROWS = (("student", 64, "straggler"), ("cnn", 10, "straggler"), ("student", 64, "profiles_10x"))
 QUICK = (("student", 8, "straggler"),)
-ROUNDS = 3
+ROUNDS = 5
+CHUNKS = {"student": 400, "cnn": 50}  # ticks per timed call: about 2 s of a 2-core CPU each
 JITTER = 0.2
 
 
@@ -106,13 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/benchmark/pace")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--chunk", type=int, default=50, help="ticks per timed call")
+    parser.add_argument("--chunk", type=int, default=0, help="ticks per timed call (0: the workload's, CHUNKS)")
     args = parser.parse_args(argv)
 
     from jaxcomm.harness import results
 
     start = time.perf_counter()
-    rows = [measure(*row, args.chunk) for row in (QUICK if args.quick else ROWS)]
+    rows = [measure(*row, args.chunk or CHUNKS[row[0]]) for row in (QUICK if args.quick else ROWS)]
     summary = {"experiment": "pace_benchmark", "command": results.command_line(),
                "git_commit": results.git_commit(), "device": results.device_description(),
                "wall_seconds": time.perf_counter() - start, "rows": rows}

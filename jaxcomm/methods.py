@@ -161,7 +161,7 @@ def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
 def at_own_pace(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnPace | bool) -> tuple[Built,
                                                                                                      pace.Timeline]:
     """``built`` trained at its own pace on ``cluster``: its timeline (:func:`jaxcomm.pace.of_run`, the run's seed
-    and ``config.num_steps`` ticks) in its initial state, the nodes stacked; raises before anything compiles
+    and ``config.num_steps`` ticks) in its initial state; raises before anything compiles
     where the method cannot (no cluster, or a ``Built`` not made on the kit's population)."""
     if cluster is None:
         raise ValueError("own_pace needs a cluster: the nodes' step times (jaxcomm.clock.Cluster)")
@@ -176,8 +176,7 @@ def at_own_pace(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnP
     if built.waits == pace.LOCKSTEP:  # one compiled step per round: its timeline only tells the time
         return built, timeline
     rows, init = timeline.rows(), built.init
-    stacked = {"layout": None} if "layout" in {f.name for f in dataclasses.fields(built)} else {}
-    return dataclasses.replace(built, init=lambda key: init(key)._replace(pace=rows), **stacked), timeline
+    return dataclasses.replace(built, init=lambda key: init(key)._replace(pace=rows)), timeline
 
 
 def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,

@@ -422,7 +422,7 @@ class Network:
       node_values: values a node holds (parameters and model state), what gossip sends per edge.
       delays: ``[N, N] int32`` receiver steps a message spends in flight on each edge, on the cluster the
         network was built for (:func:`jaxcomm.clock.delivery_steps`); at its own pace, ticks; None: none.
-      own_pace: built to train at its own pace (:mod:`jaxcomm.pace`): the nodes stay stacked.
+      own_pace: built to train at its own pace (:mod:`jaxcomm.pace`).
       waits: what its nodes wait for: nothing (Algorithm 2).
     """
 
@@ -445,9 +445,8 @@ class Network:
 
     @property
     def layout(self) -> driver.Layout | None:
-        """How the "eager" and "dispatch" step loops hold the state within a chunk (:func:`layout_for`; stacked at
-        its own pace, whose step selects the nodes due)."""
-        return None if self.own_pace else layout_for(self.backend)
+        """How the "eager" and "dispatch" step loops hold the state within a chunk (:func:`layout_for`)."""
+        return layout_for(self.backend)
 
     def models_of(self, state: NetworkState) -> population.NodeState:
         """The models evaluated: every node's."""
@@ -555,8 +554,8 @@ def make_network(
       cluster: a :class:`jaxcomm.clock.Cluster`: messages spend the receiver steps their transfer takes in
         flight (:func:`jaxcomm.clock.delivery_steps`, from the out-degrees of the graph at step 0 of the
         config's seed); None: they arrive at once.
-      own_pace: built for a run at its own pace on ``cluster`` (True or a :class:`jaxcomm.pace.OwnPace`): the
-        nodes stay stacked, and a node reads its oldest message only if it arrived (the sender's step end plus
+      own_pace: built for a run at its own pace on ``cluster`` (True or a :class:`jaxcomm.pace.OwnPace`): a node
+        reads its oldest message only if it arrived (the sender's step end plus
         :func:`jaxcomm.clock.delivery_seconds`) before the reader's step began; until then it trains on local data
         (a fallback). Messages queue in order of sending: a later one from a nearer sender waits behind it.
 

@@ -90,10 +90,19 @@ def stack(trees: Sequence[PyTree]) -> PyTree:
 
 
 def where(mask: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
-    """Per node: the leaves of ``on_true`` where ``mask [N]`` holds, else those of ``on_false`` (both ``[N, ...]``)."""
+    """Per node: the leaves of ``on_true`` where ``mask [N]`` holds, else those of ``on_false`` (both ``[N, ...]``,
+    or both :class:`Unstacked`: node by node, no stack built)."""
     mask = jnp.asarray(mask)
+    if isinstance(on_true, Unstacked):
+        return Unstacked(_where_apart(mask, on_true.trees, on_false.trees))
     return jax.tree_util.tree_map(
         lambda a, b: jnp.where(mask.reshape((-1,) + (1,) * (jnp.ndim(a) - 1)), a, b), on_true, on_false)
+
+
+@jax.jit  # one compiled call per step of the eager loop, not one per leaf and node
+def _where_apart(mask: jax.Array, on_true: tuple, on_false: tuple) -> tuple:
+    return tuple(jax.tree_util.tree_map(lambda a, b, i=i: jnp.where(mask[i], a, b), x, y)
+                 for i, (x, y) in enumerate(zip(on_true, on_false, strict=True)))
 
 
 def _normalise_axes(in_axes: int | None | Sequence[int | None], num_args: int) -> tuple[int | None, ...]:

@@ -360,3 +360,14 @@ def test_random_peer_gossip_averages_with_one_random_peer_by_hand(tiny_dataset):
     ticked, _ = jax.jit(paced.step)(paced.init(jax.random.PRNGKey(0)), data)
     for got, initial in zip(leaves(ticked.nodes.params), leaves(state.nodes.params), strict=True):
         np.testing.assert_array_equal(got[2], initial[2])
+
+
+@pytest.mark.parametrize("method", [network.output_sharing(), local_sgd.diloco(2, quorum=2)], ids=["outputs", "quorum"])
+def test_nodes_held_apart_step_at_their_own_pace_as_stacked_ones(tiny_dataset, method):
+    slow = clock.Cluster(clock.Compute(1.0, speed=(1.0, 1.0, 3.0), jitter=0.2), clock.LAN)
+    runs = [methods.train(method, sharing_config(backend=backend, step_loop=loop), MODEL, tiny_dataset,
+                          progress=False, cluster=slow, own_pace=True)
+            for backend, loop in (("vmap", "scan"), ("loop", "eager"))]
+    assert runs[1]["built"].layout is not None  # the eager loop held the node states apart
+    for a, b in zip(leaves(runs[0]["state"].nodes), leaves(runs[1]["state"].nodes), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
