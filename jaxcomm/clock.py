@@ -182,6 +182,8 @@ class Cluster(NamedTuple):
         :func:`jaxcomm.pace.timeline`.
       uplinks, downlinks: per-node bandwidth caps in bytes per second (empty: none): a transfer from i to j runs at
         the least of its link's bandwidth, i's uplink and j's downlink (asymmetric access links).
+      bottleneck: a link every message also crosses, shared: the k copies sent at one tick take ``latency +
+        k x bytes / bandwidth`` on it (output sharing at its own pace, :mod:`jaxcomm.pace`); None: none.
     """
 
     compute: Compute
@@ -191,6 +193,7 @@ class Cluster(NamedTuple):
     availability: Availability | None = None
     uplinks: tuple[float, ...] = ()
     downlinks: tuple[float, ...] = ()
+    bottleneck: Link | None = None
 
     @property
     def label(self) -> str:

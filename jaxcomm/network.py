@@ -270,6 +270,8 @@ class NetworkState(NamedTuple):
         an exchange with ``content_bytes`` (:class:`jaxcomm.exchange.Exchange`); None otherwise.
       pace: the timeline's rows of a run at its own pace (:class:`jaxcomm.pace.Rows`): ``step`` counts ticks, and a
         node not due neither trains, consumes nor broadcasts (it still receives); None: lockstep.
+      copies_per_tick: ``[T] int32`` message copies sent at each tick, on a cluster with a shared bottleneck at its
+        own pace (they share its bandwidth); None otherwise.
     """
 
     nodes: population.NodeState
@@ -284,6 +286,7 @@ class NetworkState(NamedTuple):
     transit: inbox.Transit | None = None
     payload_sent: jax.Array | None = None
     pace: pace.Rows | None = None
+    copies_per_tick: jax.Array | None = None
 
 
 class StepInfo(NamedTuple):
@@ -620,7 +623,7 @@ def make_network(
     sample_bytes = int(np.prod(image_shape))
     message_bytes = exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
                                             data_model=config.data_model)
-    delays, link_seconds = None, None
+    delays, link_seconds, bottleneck = None, None, None
     if cluster is not None and sends:
         first = kit.first_graph(config, graph)  # the run's own graph at step 0
         everyone = np.ones_like(first) & ~np.eye(n, dtype=bool)
@@ -628,6 +631,7 @@ def make_network(
             link_seconds = jnp.asarray(clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1)),
                                        jnp.float32)
             delays = np.zeros((n, n), np.int32)
+            bottleneck = cluster.bottleneck
         else:
             delays = clock.delivery_steps(cluster, everyone, message_bytes, copies=first.sum(1))
 
@@ -641,7 +645,8 @@ def make_network(
                             jnp.zeros((), jnp.int32),
                             None if delays is None else inbox.transit_init(delays, b, payload_dim,
                                                                            timed=bool(own_pace)),
-                            jnp.zeros((), jnp.int32) if by_content else None)
+                            jnp.zeros((), jnp.int32) if by_content else None, None,
+                            None if bottleneck is None else jnp.zeros((config.num_steps,), jnp.int32))
 
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         tuned = data.settings
@@ -667,6 +672,9 @@ def make_network(
             if due is not None and link_seconds is not None:  # the oldest message arrived before the step began
                 first, mine = inbox.oldest(box), jnp.arange(n)
                 arrival = state.pace.end[first.sent_step, first.sender] + link_seconds[first.sender, mine]
+                if bottleneck is not None:  # the copies sent at that tick shared the bottleneck's bandwidth
+                    arrival = arrival + bottleneck.latency + (
+                        state.copies_per_tick[first.sent_step] * message_bytes / bottleneck.bandwidth)
                 ready = arrival <= state.pace.start[state.step, mine]
             box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0), ready)
             indices = jnp.where(got[:, None], message.indices, local)
@@ -708,9 +716,13 @@ def make_network(
             else:
                 box, transit = inbox.send(box, transit, sent, broadcast[:, None] & receivers, state.step, delays,
                                           overflow=config.overflow)
+        copies_per_tick = state.copies_per_tick
+        if copies_per_tick is not None:
+            copies_per_tick = copies_per_tick.at[state.step].set(
+                jnp.sum(broadcast[:, None] & receivers, dtype=jnp.int32))
         new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=keys.next, up=up,
                                    alive=alive, param_copies=param_copies, transit=transit,
-                                   payload_sent=payload_sent)
+                                   payload_sent=payload_sent, copies_per_tick=copies_per_tick)
         return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
 
     abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only

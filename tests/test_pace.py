@@ -371,3 +371,20 @@ def test_nodes_held_apart_step_at_their_own_pace_as_stacked_ones(tiny_dataset, m
     assert runs[1]["built"].layout is not None  # the eager loop held the node states apart
     for a, b in zip(leaves(runs[0]["state"].nodes), leaves(runs[1]["state"].nodes), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_copies_sent_together_share_a_bottleneck_by_hand(tiny_dataset):
+    # two nodes of 1 s steps send each other a copy every step; instant links, but a shared bottleneck on which
+    # one message takes 0.6 s: the 2 copies of a tick take 1.2 s, so what is sent at 1 s arrives at 2.2 s and is
+    # first read by the steps that begin at 3 s (age 2 s)
+    two = sharing_config(num_nodes=2, num_neighbours=1, consume_prob=1.0, broadcast_prob=1.0, num_steps=4)
+    built = methods.build(network.output_sharing(), two, MODEL, tiny_dataset,
+                          cluster=clock.Cluster(clock.Compute(1.0), clock.INSTANT), own_pace=True)
+    bottleneck = clock.Link(built.message_bytes / 0.6, 0.0, "shared")
+    shared = clock.Cluster(clock.Compute(1.0), clock.INSTANT, bottleneck=bottleneck)
+    result = methods.train(network.output_sharing(), two, MODEL, tiny_dataset, progress=False, cluster=shared,
+                           own_pace=True)
+    counters = result["history"][-1]["counters"]
+    assert counters["consumed"] == 2 and counters["fallbacks"] == 6
+    assert counters["mean_age_seconds"] == pytest.approx(2.0)
+    np.testing.assert_array_equal(result["state"].copies_per_tick, [2, 2, 2, 2])
