@@ -7,12 +7,14 @@
 # Stages, in the order to run them (issues 18 and 20):
 #   bench    the benchmark's gpu suite: its rows, those auto must win first (--write-choices; backends.json
 #            packed beside)
-#   sweeps   its four sweeps, the CNN's 5 networks first (merge: benchmark.py --merge-sweeps SWEEPS_DIR BENCH_DIR)
-#   scale    its scale suite in the device's memory (merge: benchmark.py --merge-scale SCALE_DIR BENCH_DIR)
+#   sweeps   its four sweeps, the CNN's 5 networks first (merge: python -m experiments.benchmark --merge-sweeps
+#            SWEEPS_DIR BENCH_DIR)
+#   scale    its scale suite in the device's memory (merge: python -m experiments.benchmark --merge-scale
+#            SCALE_DIR BENCH_DIR)
 #   table21a Tables 2.1/2.2 at the thesis preset, 5 seeds per row as sweeps: the single node and the 10-node rows
 #            isolated, logits and true labels
 #   table21b its 10-node features and 20-node rows (unpack into table21a's folder as more/: one table, see
-#            outputs_exchange.merge_runs)
+#            experiments/outputs_exchange/report.py, merge_runs)
 #   recipe   the thesis CNN's recipe chosen on validation (batch 32/128/256, flips and crops, Adam 1e-3/3e-3, cosine)
 #   table23  Table 2.3 at its thesis preset
 #   studies5000  issue 39's nodes study at 5,000 steps on the CPU runs' recipe (preset cpu, 3 seeds, beside 10
@@ -59,22 +61,22 @@ else
   sweep_rows=(cnn_r5_n10 student_r16_n10 cnn_r20_n10 student_r64_n10) scale_rows=(student_scale cnn_scale)
   studies_preset=cpu studies_args=(num_seeds=3 study_steps=5000 study_eval_every=500)
 fi
-run() { timeout "${STAGE_SECONDS:-540}" "${PYTHON:-python3}" "$@"; }
+run() { timeout "${STAGE_SECONDS:-540}" "${PYTHON:-python3}" "$@"; }  # run -m experiments.NAME ...
 case $stage in
   bench)
-    run experiments/benchmark.py --suite "$suite" --only "${bench_rows[@]}" "${choices[@]}" --out "$runs" \
+    run -m experiments.benchmark --suite "$suite" --only "${bench_rows[@]}" "${choices[@]}" --out "$runs" \
       || echo "benchmark exit status $?"
     cp jaxcomm/assets/backends.json "$runs/" ;;
-  sweeps) run experiments/benchmark.py --suite "$suite" --only "${sweep_rows[@]}" --out "$runs" ;;
-  scale) run experiments/benchmark.py --suite "$suite" --only "${scale_rows[@]}" --out "$runs" ;;
+  sweeps) run -m experiments.benchmark --suite "$suite" --only "${sweep_rows[@]}" --out "$runs" ;;
+  scale) run -m experiments.benchmark --suite "$suite" --only "${scale_rows[@]}" --out "$runs" ;;
   table21a|table21b)
     if [ "$stage" = table21a ]; then
       rows=1_node_no_sharing,10_nodes_no_sharing,10_nodes_logits,10_nodes_true_labels
     else rows=10_nodes_features,20_nodes_true_labels; fi
-    run experiments/outputs_exchange.py --preset "$preset" num_seeds=$seeds studies= rows=$rows "$@" --out "$runs" ;;
-  recipe) run experiments/chapter2_recipe.py --preset "$preset" "$@" --out "$runs" ;;
-  table23) run experiments/unsupervised_exchange.py --preset "$preset" "$@" --out "$runs" ;;
+    run -m experiments.outputs_exchange --preset "$preset" num_seeds=$seeds studies= rows=$rows "$@" --out "$runs" ;;
+  recipe) run -m experiments.chapter2_recipe --preset "$preset" "$@" --out "$runs" ;;
+  table23) run -m experiments.unsupervised_exchange --preset "$preset" "$@" --out "$runs" ;;
   studies5000)
-    run experiments/outputs_exchange.py --preset "$studies_preset" rows=10_nodes_no_sharing,10_nodes_true_labels \
+    run -m experiments.outputs_exchange --preset "$studies_preset" rows=10_nodes_no_sharing,10_nodes_true_labels \
       studies=nodes time_budget_s=0 "${studies_args[@]}" "$@" --out "$runs" ;;
 esac

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import decision, driver, population, speed, validation
+from jaxcomm import decision, driver, pace, population, speed, validation
 from jaxcomm.data import ImageDataset, partition
 from jaxcomm.exchange import cross_entropy
 from jaxcomm.models import to_unit_float
@@ -403,7 +403,7 @@ def choose_backend(config, train: Callable, init: Callable, node_args: Sequence[
 
 # The "eager" and "dispatch" step loops hold node states apart (one set of buffers per node, as the thesis' N
 # models) within a chunk: the "loop" and "unrolled" lifts then update each node where it lies instead of slicing
-# and stacking the population (10 CNN nodes unrolled: 1.05x a step, results/benchmark/issue41/notes.md).
+# and stacking the population (10 CNN nodes unrolled: 1.05x a step, results/benchmark/vs_pytorch/notes.md).
 NODES_APART = driver.Layout(lambda state: state._replace(nodes=population.unstack(state.nodes)),
                             lambda state: state._replace(nodes=population.restack(state.nodes)))
 
@@ -431,7 +431,7 @@ def evaluated_system(built, split, models_of: Callable, *, also: Mapping[str, An
 
     def evaluate_(state, infos, steps_done: int) -> dict:
         probs = predict_in_batches(built.predict, models_of(state), images)
-        record = {"loss": float(np.mean(population.to_host(infos.loss))), **records(probs)}
+        record = {"loss": pace.taken_mean(population.to_host(infos.loss), state, steps_done), **records(probs)}
         return record | (extra(state, steps_done) if extra is not None else {})
 
     return driver.System(built.init, built.step, evaluate_, losses=lambda infos: infos.loss,

@@ -499,7 +499,7 @@ def donation(donate: bool | None) -> bool:
     """``donate``, or for None (auto) whether this is a single-process run. On an accelerator a large
     population's second copy is what runs out of memory; on a CPU a donated step updates the optimizer's
     buffers in place instead of allocating new ones (1.08x for 64 student nodes,
-    ``results/benchmark/issue41/notes.md``), and the host copy :func:`train` keeps instead (one per evaluation)
+    ``results/benchmark/vs_pytorch/notes.md``), and the host copy :func:`train` keeps instead (one per evaluation)
     costs what the second device copy did. Across processes a global array has no host copy: what a stop falls
     back to would be a second device copy, so such a run donates only when asked."""
     return jax.process_count() == 1 if donate is None else bool(donate)

@@ -11,7 +11,7 @@ blocks a step frees are the next step's, already mapped, and the process keeps i
 handing memory back between calls (a peak that can exceed the defaults': where a block is freed after the next
 call's is asked for, the heap grows by a block, a few times before it holds enough free ones). Importing
 :mod:`jaxcomm` calls it where ``JAXCOMM_HOST_MEMORY=keep``; by default glibc's settings stay. Measured on a 2-core
-Xeon (``results/benchmark/issue41/host_memory*.md``), it is a lever for convolutional nodes and a loss for small
+Xeon (``results/benchmark/vs_pytorch/host_memory*.md``), it is a lever for convolutional nodes and a loss for small
 ones: the CNN's unrolled step 1.06-1.12x faster, dispatched as patches 1.17-1.27x, its eager per-node loop
 0.92-1.00x; the student MLP's 64 nodes, whose blocks are under the threshold, 0.90x under ``vmap`` and 0.52-0.59x
 unrolled (every XLA thread's allocations behind one arena's lock). It acts on allocations made after it: in a

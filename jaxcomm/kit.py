@@ -299,6 +299,8 @@ class Population:
         topologies but "random" with a varying out-degree: none has one).
       waits: what the method's nodes wait for (:class:`jaxcomm.pace.Waits`): the rounds of a lockstep run's
         :meth:`tick`, and of a run at its own pace (:func:`jaxcomm.pace.timeline`).
+      held_nodes: ``train_nodes`` at its own pace, ``(due [N], *train_nodes' arguments)``: the nodes not due held
+        and, where the lift allows, not computed (:func:`jaxcomm.population.lift_held`).
     """
 
     config: RunConfig
@@ -314,6 +316,7 @@ class Population:
     graph_fn: topology.GraphFn
     edges: int
     waits: pace.Waits = pace.NOTHING
+    held_nodes: Callable | None = None
 
     @property
     def layout(self) -> driver.Layout | None:
@@ -354,11 +357,10 @@ class Population:
         """Every node's gradient step on ``batch`` at the run's learning rate (``data.settings``; ``extra``:
         per-node arguments of a method's own loss, between the targets and the key); the step counted and the key
         advanced. At its own pace (``state.pace``) only the nodes due change: the others hold."""
-        nodes, (loss, _) = population.state_and_aux(self.train_nodes(
-            data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
-            jax.random.split(keys.nodes, self.config.num_nodes)))
-        if state.pace is not None:  # a masked step: every node computed, the ones not due kept as they were
-            nodes = population.where(state.pace.due[state.step], nodes, state.nodes)
+        args = (data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
+                jax.random.split(keys.nodes, self.config.num_nodes))
+        nodes, (loss, _) = population.state_and_aux(  # at its own pace the nodes not due hold (their loss 0)
+            self.train_nodes(*args) if state.pace is None else self.held_nodes(state.pace.due[state.step], *args))
         return state._replace(nodes=nodes, step=state.step + 1, key=keys.next), LocalInfo(loss, batch.indices)
 
     def local_step(self, state: NodesState, data: classifier.ShardData) -> tuple[NodesState, LocalInfo]:
@@ -469,8 +471,9 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
     predict = jax.jit(population.lift(classifier.classifier_predict(model, config.compute_dtype), backend=backend,
                                       in_axes=(0, None)))
     in_axes = (None, *([0] * (4 + len(extra_args))))  # the learning rate, the node, images, targets, extra, key
-    return Population(config, num_classes, init_node, population.lift_train(tuned, backend=backend, in_axes=in_axes),
-                      predict,
+    train_nodes = population.lift_train(tuned, backend=backend, in_axes=in_axes)
+    return Population(config, num_classes, init_node, train_nodes, predict,
                       backend, step_loop, family, bandwidth.num_params(abstract.params),
                       bandwidth.num_params((abstract.params, abstract.model_state)), graph_fn,
-                      int(first_graph(config).sum()), waits)
+                      int(first_graph(config).sum()), waits,
+                      population.lift_held(tuned, backend=backend, in_axes=in_axes, held=1, lifted=train_nodes))

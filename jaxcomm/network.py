@@ -617,6 +617,12 @@ def make_network(
                                           in_axes=in_axes)
     else:  # a program's own step, in one piece
         node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
+    held_step = None
+    if own_pace:  # only the nodes due step; the others hold, not computed where the lift allows
+        whole = (_SettingsTrain(program_for, failures is not None)
+                 if isinstance(program.train, population.TrainStep) else node_train)
+        held_step = population.lift_held(whole, backend=backend, in_axes=in_axes, held=1, lifted=node_step,
+                                         capacity=pace.own_pace_of(own_pace).capacity_for(n))
     mix = gossip(config.gossip_every) if config.gossip_every else None
     by_content = sends and exchange.content_bytes is not None
     lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
@@ -688,11 +694,10 @@ def make_network(
                 transit = transit._replace(age_seconds=transit.age_seconds + jnp.where(got, seconds, 0.0),
                                            age_steps=transit.age_steps + jnp.where(got, steps, 0))
         images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
-        nodes, (loss, outgoing) = population.state_and_aux(node_step(
-            tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
-            *((alive,) if failures is not None else ())))
-        if due is not None:  # the nodes not due hold
-            nodes = population.where(due, nodes, state.nodes)
+        node_args = (tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
+                     *((alive,) if failures is not None else ()))
+        nodes, (loss, outgoing) = population.state_and_aux(
+            node_step(*node_args) if due is None else held_step(due, *node_args))  # not due: held, loss 0
         param_copies = state.param_copies
         if mix is not None:
             live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
@@ -955,7 +960,8 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
         metrics = evaluator(network, state, steps_done)
         infos = population.to_host(infos)
         counters = counter_totals(state)
-        return {"loss": float(np.mean(infos.loss)), "consumed_fraction": float(np.mean(infos.consumed)),
+        return {"loss": pace.taken_mean(infos.loss, state, steps_done),
+                "consumed_fraction": float(np.mean(infos.consumed)),
                 "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counters,
                 # every copy sent so far, under the config's data model
                 "bytes_sent": counters["sent"] * network.message_bytes,

@@ -9,7 +9,10 @@ windows), and the simulation advances through time event by event:
   stream), unless its method makes it wait (:class:`Waits`);
 * a *tick* is one compiled step of the whole population: it takes the earliest step end and every other
   one within ``resolution`` seconds of it (the simulation's time resolution: events closer than that may be
-  taken in either order); the nodes whose step ends there are *due*, the others hold;
+  taken in either order); the nodes whose step ends there are *due*, the others hold
+  (:func:`jaxcomm.population.lift_held`: the eager loop computes only the due nodes; a stacked population
+  computes every node and keeps the due ones, or with ``OwnPace(capacity=K)`` gathers the due nodes K at a
+  time);
 * a node that goes off during a step loses that step (its work does not reach any model) and starts again
   when it is back;
 * a method that waits (:class:`Waits`: synchronous SGD every step, DiLoCo every H steps, a quorum of K of
@@ -36,7 +39,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcomm import clock, streams
+from jaxcomm import clock, population, streams
 from jaxcomm.validation import is_int, is_real, require
 
 
@@ -136,7 +139,7 @@ class Timeline(NamedTuple):
                     jnp.asarray(self.node_time, jnp.float32))
 
     def due_share(self) -> float:
-        """The mean share of nodes due per tick: a masked step computes every node, so its useful work."""
+        """The mean share of nodes due per tick: of a step that computes every node, the useful work."""
         return float(self.due.mean()) if self.due.size else 1.0
 
     def goodput(self, ticks: int) -> float:
@@ -364,10 +367,17 @@ class OwnPace(NamedTuple):
     Attributes:
       resolution: seconds within which step ends are taken in one tick (events closer than that may be taken
         in either order); None: three quarters of the fastest node's nominal step, which keeps about three
-        quarters of the nodes due per tick at 20 % jitter (a masked step computes every node).
+        quarters of the nodes due per tick at 20 % jitter.
+      capacity: nodes per pass where a stacked population's step computes only the nodes due
+        (:func:`jaxcomm.population.lift_held`); None: :func:`jaxcomm.population.default_capacity`; N or more:
+        every node computed each tick and the due ones kept.
     """
 
     resolution: float | None = None
+    capacity: int | None = None
+
+    def capacity_for(self, num_nodes: int) -> int:
+        return population.default_capacity(num_nodes) if self.capacity is None else int(self.capacity)
 
     def tick_seconds(self, compute: clock.Compute, num_nodes: int) -> float:
         """The fastest node's nominal step: about a tick's length (what message delays are rounded up to)."""
@@ -398,3 +408,15 @@ def of_run(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int,
                         round_seconds=round_seconds).collapsed(num_ticks)
     return timeline(cluster, num_nodes, num_ticks, seed=seed, waits=waits, resolution=resolution,
                     round_seconds=round_seconds)
+
+
+def taken_mean(losses, state, steps_done: int) -> float:
+    """The mean of a chunk's losses ``[L, N]`` over the node-steps taken: at its own pace (``state.pace``) the
+    nodes due (a node held reports 0), else every entry."""
+    losses = np.asarray(losses)
+    rows = getattr(state, "pace", None)
+    due = None if rows is None else np.asarray(rows.due)
+    if due is None or due.ndim != 2 or losses.ndim != 2 or losses.shape[1] != due.shape[1]:
+        return float(np.mean(losses))
+    took = due[steps_done - len(losses):steps_done]
+    return float(np.mean(losses[took])) if took.any() else float("nan")

@@ -105,6 +105,98 @@ def _where_apart(mask: jax.Array, on_true: tuple, on_false: tuple) -> tuple:
                  for i, (x, y) in enumerate(zip(on_true, on_false, strict=True)))
 
 
+HELD_BACKENDS = ("vmap", "patches", "map")
+"""The stacked lifts whose held step (:func:`lift_held`) gathers the due nodes ``capacity`` at a time."""
+
+
+def default_capacity(num_nodes: int) -> int:
+    """Nodes per pass of a held step's gather (:func:`lift_held`): an eighth of the population (at least 4), so
+    the nodes computed exceed the nodes due by less than an eighth of N, at a few passes' fixed cost."""
+    return min(num_nodes, max(4, -(-num_nodes // 8)))
+
+
+def lift_held(fn: Callable[..., tuple], *, backend: str, in_axes: int | None | Sequence[int | None] = 0,
+              held: int = 0, capacity: int | None = None, lifted: Callable[..., Any] | None = None,
+              **lift_kwargs) -> Callable[..., tuple]:
+    """``fn`` lifted as :func:`lift` lifts it, called ``held_step(due [N] bool, *args)``: a node not due is
+    held, its state (``args[held]``, the structure of ``fn``'s first output) as it was and its auxiliary
+    outputs zero, and where the lift allows its step is not computed at all:
+
+    * nodes :class:`Unstacked` in the eager loop ("loop"): only the due nodes' compiled step is called (``due``
+      read on the host);
+    * stacked under :data:`HELD_BACKENDS` with ``capacity`` < N: the due nodes are gathered ``capacity`` at a
+      time (a loop of ``ceil(due / capacity)`` passes), stepped by ``lifted`` and scattered back in place;
+    * otherwise every node is computed and the due ones kept (``where``).
+
+    ``fn(*args) -> (state, aux)`` for one node; ``lifted``: its lift (default ``lift(fn, ...)``; e.g.
+    :func:`lift_train`'s). Every path gives the due nodes the values ``lifted`` gives them (tested)."""
+    lifted = lifted or lift(fn, backend=backend, in_axes=in_axes, **lift_kwargs)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def one(axes: tuple[int | None, ...], i: jax.Array, *args):  # as the "loop" lift's: node i's slices inside
+        return fn(*(_node_at(arg, i) if axis == 0 else arg for arg, axis in zip(args, axes, strict=True)))
+
+    def apart(due, args, axes):
+        n = len(args[held].trees)
+        if isinstance(due, jax.core.Tracer):  # a jitted step: every node computed, kept where due (on CPU a
+            # branch per node would put its convolutions in a nested computation, many times slower)
+            keep = lambda flag, new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(flag, a, b), new, old)  # noqa: E731
+            return Unstacked(tuple((keep(due[i], new, args[held].trees[i]), keep(due[i], aux, _zeros(aux)))
+                                   for i, (new, aux) in enumerate(lifted(*args).trees)))
+        due = np.asarray(due)  # the eager loop: only the due nodes' compiled calls
+        own = [axis == 0 and isinstance(arg, Unstacked) for arg, axis in zip(args, axes, strict=True)]
+        call_axes = tuple(None if o else axis for o, axis in zip(own, axes, strict=True))
+        steps, zeros = {}, None
+        for i in np.flatnonzero(due):
+            steps[i] = one(call_axes, np.int32(i), *(arg.trees[i] if o else arg for arg, o in zip(args, own,
+                                                                                                 strict=True)))
+            zeros = zeros if zeros is not None else jax.tree_util.tree_map(jnp.zeros_like, steps[i][1])
+        if zeros is None:  # no node due: one abstract call for the auxiliaries' shapes
+            zeros = _zeros(jax.eval_shape(one, call_axes, np.int32(0), *(
+                arg.trees[0] if o else arg for arg, o in zip(args, own, strict=True)))[1])
+        return Unstacked(tuple(steps[i] if i in steps else (args[held].trees[i], zeros) for i in range(n)))
+
+    def held_step(due: jax.Array, *args):
+        axes = _normalise_axes(in_axes, len(args))
+        if isinstance(args[held], Unstacked):
+            return apart(due, args, axes)
+        if backend in HELD_BACKENDS and capacity is not None and capacity < num_nodes(args[held]):
+            return _in_passes(lifted, due, args, axes, held, capacity)
+        state, aux = lifted(*args)
+        return where(due, state, args[held]), where(due, aux, jax.tree_util.tree_map(jnp.zeros_like, aux))
+
+    return held_step
+
+
+def _zeros(shapes: PyTree) -> PyTree:
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def _in_passes(lifted: Callable[..., tuple], due: jax.Array, args: tuple, axes: tuple, held: int,
+               capacity: int) -> tuple:
+    """:func:`lift_held`'s gather: the due nodes, ``capacity`` at a time, stepped and scattered back in place."""
+    n = due.shape[0]
+    order = jnp.nonzero(due, size=-(-n // capacity) * capacity, fill_value=n)[0]  # the due nodes first, then n
+
+    def pass_of(state, idx):  # the held state read from the loop's own carry: no copy of the population
+        take = lambda leaf: jnp.take(leaf, idx, axis=0, mode="clip")  # noqa: E731
+        return lifted(*(jax.tree_util.tree_map(take, state if k == held else arg) if axis == 0 else arg
+                        for k, (arg, axis) in enumerate(zip(args, axes, strict=True))))
+
+    aux_shape = jax.eval_shape(pass_of, args[held], order[:capacity])[1]
+    aux = jax.tree_util.tree_map(lambda s: jnp.zeros((n, *s.shape[1:]), s.dtype), aux_shape)
+
+    def body(p, carry):
+        state, aux = carry
+        idx = jax.lax.dynamic_slice_in_dim(order, p * capacity, capacity)
+        new_state, new_aux = pass_of(state, idx)
+        put = lambda full, part: full.at[idx].set(part, mode="drop")  # noqa: E731  a slot of no node drops
+        return jax.tree_util.tree_map(put, state, new_state), jax.tree_util.tree_map(put, aux, new_aux)
+
+    passes = (jnp.sum(due, dtype=jnp.int32) + capacity - 1) // capacity
+    return jax.lax.fori_loop(0, passes, body, (args[held], aux))
+
+
 def _normalise_axes(in_axes: int | None | Sequence[int | None], num_args: int) -> tuple[int | None, ...]:
     axes = (in_axes,) * num_args if in_axes is None or isinstance(in_axes, int) else tuple(in_axes)
     if len(axes) != num_args:

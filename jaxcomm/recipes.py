@@ -183,7 +183,7 @@ def describe(config: Mapping[str, Any]) -> str:
 def cpu() -> Chapter2Recipe:
     """CNN channels 16-32-64 (a quarter of the thesis'), BatchNorm, a 128-wide dense layer, no augmentation, Adam
     3e-3 with a cosine decay, 5,000 steps: the best of 16 candidates on the validation split
-    (``experiments/chapter2_recipe.py``, ``results/outputs_exchange/recipe/``), and sized for 2 CPU cores."""
+    (``experiments/chapter2_recipe/``, ``results/outputs_exchange/recipe/``), and sized for 2 CPU cores."""
     return Chapter2Recipe()
 
 
@@ -207,7 +207,7 @@ PRESETS: dict[str, Callable[[], Chapter2Recipe]] = {"smoke": smoke, "cpu": cpu, 
 def validation_target(curves: Sequence[Mapping[str, Any]]) -> float | None:
     """Table 2.2's target chosen on validation, as the thesis' 85 % sits at its single node's final accuracy
     (84.5 %): the single node's final validation accuracy, mean over seeds, rounded to the nearest point. ``curves``:
-    a chapter-2 run's (``experiments/outputs_exchange.py``: ``kind`` "row", ``nodes``, ``validation_avg_accuracy``
+    a chapter-2 run's (``experiments/outputs_exchange/``: ``kind`` "row", ``nodes``, ``validation_avg_accuracy``
     per evaluation). None without a single-node row evaluated on validation."""
     single = [c["validation_avg_accuracy"][-1] for c in curves
               if c.get("kind") == "row" and c.get("nodes") == 1 and c.get("validation_avg_accuracy")]

@@ -31,7 +31,7 @@ every candidate (backend, step loop) pair for a few steps of the lifted node ste
 (:func:`step_timer`) and caches the fastest in a user cache file
 (:func:`cache_file`, per Python environment, outside the installed package), within a budget of seconds
 (:func:`measured_choice`): the benchmark's table, ``jaxcomm/assets/backends.json`` (written by
-``experiments/benchmark.py --write-choices``, per family and N), orders the candidates and rules out untimed
+``python -m experiments.benchmark --write-choices``, per family and N), orders the candidates and rules out untimed
 those it ran far slower than a pair timed here. The choice then settles: later runs keep it, timing only pairs
 the budget left for later, unless another pair runs :data:`SWITCH_MARGIN` faster in two timings; the cache
 records each such challenge. ``JAXCOMM_AUTOTUNE=0`` asks it not to measure: then the table's

@@ -1,5 +1,5 @@
 """The bandwidth-frontier experiment: method specs and row names, the Pareto fronts, a 2-seed smoke run end to
-end, resume, and the superseded single-seed results redrawn as they were."""
+end, resume, and merges of the runs below a run."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from jaxcomm.harness import frontier as fr
 from jaxcomm.models import MLP
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SUPERSEDED = pathlib.Path("results/bandwidth_frontier/superseded")
 ROW_FIELDS = {"family", "spec", "seeds", "per_seed", "accuracy", "accuracy_sd", "avg_accuracy", "bytes_per_node_step",
               "total_bytes_per_node", "fraction_of_dense_allreduce", "wall_seconds", "num_params", "steps"}
 SMOKE_ROWS = ["isolated", "true_labels", "true_labels_shared", "sync_sgd", "gossip_5", "top_k_5pct", "diloco_h5",
@@ -30,7 +29,7 @@ def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bandwidth_frontier")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")  # drawn once, below
-        assert bf.cli(["--preset", "smoke", "--out", str(out)]) == 0
+        assert bf.main(["--preset", "smoke", "--out", str(out)]) == 0
     bf.write_report(out)
     return out, json.loads((out / "summary.json").read_text())
 
@@ -292,10 +291,10 @@ def test_resume_trains_only_what_was_unfinished(smoke, tmp_path, monkeypatch, re
 
     with monkeypatch.context() as patch:
         patch.setattr(methods, "sweep", interrupted_at_sync)
-        assert bf.cli(args) == 130
+        assert bf.main(args) == 130
     assert not (out / "summary.json").exists()
     calls = record_training()
-    assert bf.cli([*args, "--resume"]) == 0
+    assert bf.main([*args, "--resume"]) == 0
     assert [call for call in calls if call[1] != 20] == [("sync_sgd", 0, 20)]  # the one that trained
     assert any(desc.startswith("true_labels") and start == done == 20 for desc, start, done in calls)
     rows = json.loads((out / "summary.json").read_text())["rows"]
@@ -317,24 +316,19 @@ def test_resume_budget_counts_the_training_of_restored_methods(monkeypatch):
     assert [s.split(" ")[0] for s in out["skipped"]] == ["sign", "qsgd:4"]
 
 
-# --------------------------------------------------------------------------- superseded results and merges
-
-
-def test_the_superseded_single_seed_frontier_redraws_unchanged(tmp_path, monkeypatch):
-    shutil.copytree(ROOT / SUPERSEDED, tmp_path / SUPERSEDED)
-    monkeypatch.chdir(tmp_path)  # its table names its folder: results/bandwidth_frontier/superseded
-    (SUPERSEDED / "table.md").unlink()
-    bf.write_report(SUPERSEDED, plots=False)
-    assert (SUPERSEDED / "table.md").read_bytes() == (ROOT / SUPERSEDED / "table.md").read_bytes()
-    summary = fr.merge_runs(SUPERSEDED)  # its extra/ and extra2/ runs joined it: 16 methods, no skipped
-    assert len(summary["rows"]) == 16 and summary["skipped"] == [] and len(summary["extra_runs"]) == 2
-    assert not fr.multi_seed(summary) and summary["frontier"][0] == "outputs:none"
+# --------------------------------------------------------------------------- merges of the runs below a run
 
 
 def test_a_new_run_does_not_merge_the_superseded_one_and_says_where_it_is(smoke, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(smoke[0], out)
-    shutil.copytree(ROOT / SUPERSEDED, out / "superseded")
+    # a run of the format before seeds (one seed per method, no num_seeds) and another learning rate
+    parent = json.loads((out / "summary.json").read_text())
+    (out / "superseded").mkdir()
+    (out / "superseded" / "summary.json").write_text(json.dumps(parent | {
+        "command": "python experiments/bandwidth_frontier.py --preset cpu",
+        "config": {k: v for k, v in parent["config"].items() if k != "num_seeds"} | {"seed": 0},
+        "chapter2_config": parent["chapter2_config"] | {"learning_rate": 0.001}}))
     summary = fr.merge_runs(out)
     assert list(summary["rows"]) == SMOKE_ROWS and summary["extra_runs"] == []
     assert "not merged: " in capsys.readouterr().out
@@ -392,10 +386,11 @@ def test_report_merges_single_seed_runs_that_train_by_the_same_recipe(tmp_path):
     assert [extra["methods"] for extra in summary["extra_runs"]] == [["gossip:10"]]
 
 
-@pytest.mark.parametrize("script", ["bandwidth_frontier.py", "time_frontier.py"])
-def test_the_frontier_experiments_import_no_experiment(script):
-    source = (ROOT / "experiments" / script).read_text()
-    assert "import experiments" not in source and "from experiments" not in source and "sys.path" not in source
+@pytest.mark.parametrize("experiment", ["bandwidth_frontier", "time_frontier"])
+def test_the_frontier_experiments_import_no_experiment(experiment):
+    for path in (ROOT / "experiments" / experiment).glob("*.py"):  # its own modules by relative imports only
+        source = path.read_text()
+        assert "import experiments" not in source and "from experiments" not in source and "sys.path" not in source
 
 
 def test_a_run_kept_by_the_experiment_loads_back_in_a_fresh_process(tmp_path):
@@ -404,7 +399,7 @@ def test_a_run_kept_by_the_experiment_loads_back_in_a_fresh_process(tmp_path):
     import sys
 
     out = tmp_path / "frontier"
-    assert bf.cli(["--preset", "smoke", "--out", str(out), "--keep-checkpoints", "methods=outputs:none,sync",
+    assert bf.main(["--preset", "smoke", "--out", str(out), "--keep-checkpoints", "methods=outputs:none,sync",
                    "num_seeds=2"]) == 0
     want = {p["seed"]: p for p in json.loads((out / "summary.json").read_text())["rows"]["sync_sgd"]["per_seed"]}
     code = ("import json, sys; from jaxcomm.harness import frontier; r = frontier.load_run(sys.argv[1], 'sync_sgd', 1);"

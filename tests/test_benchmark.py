@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import pathlib
@@ -14,10 +15,11 @@ import jax
 import pytest
 
 from experiments import benchmark
-from jaxcomm.harness import bench
-from jaxcomm.harness.reports import benchmark as benchmark_report
+from experiments.benchmark import bench
+from experiments.benchmark import report as benchmark_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+benchmark_run = importlib.import_module("experiments.benchmark.run")  # where measure_row looks its helpers up
 
 
 def test_predict_max_nodes_fits_the_line_through_the_peaks_and_extrapolates_it_to_the_budget():
@@ -136,7 +138,7 @@ def test_merge_rows_replaces_rows_by_name_and_names_the_runs_they_came_from(tmp_
 
 def test_the_benchmark_exits_non_zero_when_a_scale_row_fails(tmp_path):
     """A scale row whose child times out is marked failed in the table, and the script says so by its exit status."""
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--quick", "--only",
+    proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", "--quick", "--only",
                            "student_scale", "--timeout", "1", "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr
@@ -164,7 +166,7 @@ def test_a_row_with_parts_times_each_part_against_its_floor_and_names_the_peer(m
     "not installed"; old summaries (no parts, no peer) draw no such sections."""
     import importlib.util
 
-    from jaxcomm.harness import step_parts
+    from experiments.benchmark import step_parts
 
     monkeypatch.setattr(bench, "MIN_SECONDS", 0.05)
     monkeypatch.setattr(step_parts, "MIN_SECONDS", 0.05)
@@ -250,7 +252,7 @@ def test_a_row_times_autos_first_choice_from_an_empty_cache_and_tables_it(monkey
 
 def test_a_cold_pick_that_is_not_the_fastest_pair_is_timed_again_in_interleaved_rounds_with_it(monkeypatch):
     """The pick and the fastest pair, both timed again alternately: of_fastest is the best of each's rounds."""
-    monkeypatch.setattr(benchmark, "cold_choice", lambda make, base: {"pair": ["loop", "eager"], "seconds": 1.0})
+    monkeypatch.setattr(benchmark_run, "cold_choice", lambda make, base: {"pair": ["loop", "eager"], "seconds": 1.0})
     # vmap/scan, then the pick (not the fastest), then the row's later timings (inbox, ...)
     once = itertools.chain([100.0, 50.0], itertools.repeat(70.0))
     rounds = itertools.chain([10.0, 20.0, 30.0, 40.0, 50.0, 60.0], itertools.repeat(1.0))  # pick, fastest, ...
@@ -258,8 +260,8 @@ def test_a_cold_pick_that_is_not_the_fastest_pair_is_timed_again_in_interleaved_
     def timed(run, state, data, chunk):
         return 0.0, next(once), jax.block_until_ready(run(state, data, chunk))[0]
 
-    monkeypatch.setattr(benchmark, "timed", timed)
-    monkeypatch.setattr(benchmark, "rate", lambda run, state, data, chunk: (state, next(rounds)))
+    monkeypatch.setattr(benchmark_run, "timed", timed)
+    monkeypatch.setattr(benchmark_run, "rate", lambda run, state, data, chunk: (state, next(rounds)))
     row = benchmark.Row("student", 2, backends=("vmap",), step_loops=("scan",), baseline=False)
     cold = benchmark.measure_row(row)["cold_choice"]
     assert cold["of_fastest_once"] == 0.5
@@ -307,7 +309,7 @@ def test_a_run_selects_its_suites_rows_or_the_named_ones():
 
 
 def test_the_gpu_suite_names_its_own_rows_and_fails_loudly(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--suite", "gpu", "--only",
+    proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", "--suite", "gpu", "--only",
                            "cnn_r20_n10", "--timeout", "1", "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr
@@ -319,7 +321,7 @@ def test_the_gpu_suite_names_its_own_rows_and_fails_loudly(tmp_path):
 def test_an_interrupted_benchmark_writes_what_it_measured_and_lists_the_rest(tmp_path):
     """SIGTERM (a time limit) while a row's process runs: the summary and table are written, the rows not measured
     listed, the exit status 130."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--quick", "--only",
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.benchmark", "--quick", "--only",
                              "student_n8", "student_r4_n4", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert "float32 matmul" in proc.stdout.readline()  # the rows start after the matmul rate
@@ -343,7 +345,7 @@ def test_a_method_sweep_arm_reports_the_ledgers_bytes_and_equals_one_by_one():
 
 
 def test_report_redraws_a_runs_table_from_its_summary_and_notes(tmp_path, capsys):
-    committed, folder = ROOT / "results" / "benchmark" / "issue41", tmp_path / "issue41"
+    committed, folder = ROOT / "results" / "benchmark" / "vs_pytorch", tmp_path / "vs_pytorch"
     folder.mkdir()
     for name in ("summary.json", "notes.md"):
         (folder / name).write_bytes((committed / name).read_bytes())

@@ -105,11 +105,11 @@ def test_an_exchange_that_takes_a_key_sends_noise_from_its_own_stream(tiny_datas
 
 @pytest.mark.parametrize("experiment", ["outputs_exchange", "bandwidth_frontier", "language"])
 def test_an_experiments_help_lists_its_fields_with_defaults_and_the_report_subcommand(experiment):
-    done = subprocess.run([sys.executable, f"experiments/{experiment}.py", "--help"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", f"experiments.{experiment}", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-1000:]
     assert "config fields (field=value; the cpu preset's values" in done.stdout
-    assert "  seed = 0" in done.stdout and f"python experiments/{experiment}.py report [DIR]" in done.stdout
+    assert "  seed = 0" in done.stdout and f"python -m experiments.{experiment} report [DIR]" in done.stdout
 
 
 def test_every_checkpoint_on_disk_calls_on_save(tiny_dataset, tmp_path):

@@ -11,7 +11,7 @@ import sys
 import tarfile
 
 from experiments import outputs_exchange
-from jaxcomm.harness.reports import outputs_exchange as oe_report
+from experiments.outputs_exchange import report as oe_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "gpu_session.sh"

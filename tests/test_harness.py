@@ -153,7 +153,7 @@ def test_interrupt_then_resume_with_the_same_config_only(tmp_path, capsys):
     assert summary["wall_seconds"] >= 0.5  # both parts
     assert summary["command"] == state["command"] and "--resume" not in summary["command"]
     (resumed,) = summary["resumed_with"]  # the command that continued it, as typed
-    assert resumed.endswith(f" experiments/toy.py --out {tmp_path} steps=3 --resume")
+    assert resumed.endswith(f" -m experiments.toy --out {tmp_path} steps=3 --resume")
     assert not (tmp_path / "checkpoints").exists()  # removed once the results are written
 
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-EXPERIMENT = ["experiments/reliability.py", "--preset", "smoke"]  # the shipped MNIST sample; trains at once
+EXPERIMENT = ["-m", "experiments.reliability", "--preset", "smoke"]  # the shipped MNIST sample; trains at once
 
 
 class Process:

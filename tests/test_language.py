@@ -1,5 +1,5 @@
 """Chapter 4: Gumbel-softmax, temperature, MI critics, communication levels, masks, the agent population
-(jaxcomm.language), then the experiment's config, presets, smoke run and report (experiments/language.py)."""
+(jaxcomm.language), then the experiment's config, presets, smoke run and report (experiments/language/)."""
 
 from __future__ import annotations
 
@@ -608,7 +608,7 @@ def test_members_of_the_experiment(lx):
 def test_smoke_run_writes_summary(lx, tmp_path):
     out = tmp_path / "language"
     argv = ["--preset", "smoke", "--out", str(out), "study_settings=halves", "reinforce=False"]  # one population
-    assert lx.cli(argv) == 0
+    assert lx.main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in ("experiment", "preset", "command", "git_commit", "device", "wall_seconds", "rows"):
         assert key in summary
@@ -665,7 +665,7 @@ def test_confirm_smoke_run_reports(lx, tmp_path):
     argv = ["--preset", "smoke", "--out", str(tmp_path), "--force", "seeds=0", "random_init_seeds=0",
             "collapse_seeds=0", "study_settings=", "fixed_temperature=0", "probe_delay=0", "reinforce=False",
             "prereg_seeds=0", "confirm_cells=fixed_temperature,halves_sum", "confirm_seeds=2", "confirm_steps=20"]
-    assert lx.cli(argv) == 0
+    assert lx.main(argv) == 0
     rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
     assert sorted(rows) == ["confirm/fixed_temperature/baseline", "confirm/fixed_temperature/both_feedback",
                             "confirm/halves_sum/baseline", "confirm/halves_sum/both_feedback",

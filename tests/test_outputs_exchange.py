@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from experiments import outputs_exchange as oe
+from experiments.outputs_exchange import report as oe_report
 from jaxcomm import bandwidth, exchange, network, recipes
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import report, results
-from jaxcomm.harness.reports import outputs_exchange as oe_report
 from jaxcomm.models.cnn import StridedCNN
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("outputs_exchange")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")  # drawn once, below
-        assert oe.cli(["--preset", "smoke", "--out", str(out)]) == 0
+        assert oe.main(["--preset", "smoke", "--out", str(out)]) == 0
     oe.write_report(out)
     return out, json.loads((out / "summary.json").read_text())
 
@@ -405,9 +405,8 @@ def test_the_config_extends_the_chapter2_recipe_with_flat_fields():
 
 def test_networks_built_from_the_committed_config_have_the_committed_settings():
     # Every committed study point's sharing settings, rebuilt by the recipe from the committed config.
-    summary = json.loads((ROOT / "results/outputs_exchange/superseded/summary.json").read_text())  # its studies
-    config = oe.OutputsExchangeConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                         for k, v in summary["config"].items()})
+    summary = json.loads((ROOT / "results/outputs_exchange/studies_small/summary.json").read_text())  # its studies
+    config = results.config_from(oe.OutputsExchangeConfig, summary["config"])  # nested lists back into tuples
     points = {label: kwargs for _, label, _, kwargs in oe.study_runs(config)}
     assert len(summary["studies"]) >= 10
     for point in summary["studies"]:

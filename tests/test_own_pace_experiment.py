@@ -1,4 +1,4 @@
-"""experiments/own_pace.py and experiments/pace_benchmark.py on their smoke presets: what they write, read back."""
+"""experiments/own_pace/ and experiments/pace_benchmark/ on their smoke presets: what they write, read back."""
 
 from __future__ import annotations
 
@@ -39,9 +39,12 @@ def test_the_own_pace_study_writes_paired_tables_and_resumes(tmp_path, record_tr
 def test_the_pace_benchmark_measures_both_arms_side_by_side(tmp_path):
     out = tmp_path / "pace"
     assert pace_benchmark.main(["--quick", "--out", str(out), "--chunk", "10"]) == 0
-    (row,) = json.loads((out / "summary.json").read_text())["rows"]
-    assert 0 < row["due_share"] < 1 and row["resolution_of_fastest_step"] == pytest.approx(0.75)
-    assert row["ratio"] == pytest.approx(row["own_pace_useful_node_steps_per_second"]
-                                         / row["lockstep_node_steps_per_second"])
-    # at its own pace the fast nodes no longer wait for the straggler: more node-steps per virtual second
-    assert row["virtual_node_steps_per_second"] > row["lockstep_virtual_node_steps_per_second"]
+    masked, gathered = json.loads((out / "summary.json").read_text())["rows"]
+    assert (masked["capacity"], gathered["capacity"]) == (8, 2)
+    for row in (masked, gathered):
+        assert 0 < row["due_share"] < 1 and row["resolution_of_fastest_step"] == pytest.approx(0.75)
+        assert row["ratio"] == pytest.approx(row["own_pace_useful_node_steps_per_second"]
+                                             / row["lockstep_node_steps_per_second"])
+        # at its own pace the fast nodes no longer wait for the straggler: more node-steps per virtual second
+        assert row["virtual_node_steps_per_second"] > row["lockstep_virtual_node_steps_per_second"]
+    assert "the due ones, 2 at a time" in (out / "table.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -367,10 +368,51 @@ def test_nodes_held_apart_step_at_their_own_pace_as_stacked_ones(tiny_dataset, m
     slow = clock.Cluster(clock.Compute(1.0, speed=(1.0, 1.0, 3.0), jitter=0.2), clock.LAN)
     runs = [methods.train(method, sharing_config(backend=backend, step_loop=loop), MODEL, tiny_dataset,
                           progress=False, cluster=slow, own_pace=True)
-            for backend, loop in (("vmap", "scan"), ("loop", "eager"))]
+            for backend, loop in (("vmap", "scan"), ("loop", "eager"), ("unrolled", "dispatch"))]
     assert runs[1]["built"].layout is not None  # the eager loop held the node states apart
-    for a, b in zip(leaves(runs[0]["state"].nodes), leaves(runs[1]["state"].nodes), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for run in runs[1:]:
+        for a, b in zip(leaves(runs[0]["state"].nodes), leaves(run["state"].nodes), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_step_in_passes_of_the_due_nodes_equals_the_masked_step(tiny_dataset):
+    # four nodes, one twice and one three times slower: ticks where 1 to 4 nodes are due, stepped two at a time
+    slow = clock.Cluster(clock.Compute(1.0, speed=(1.0, 1.0, 2.0, 3.0), jitter=0.2), clock.LAN)
+    runs = {capacity: methods.train(network.output_sharing(), sharing_config(num_nodes=4), MODEL, tiny_dataset,
+                                    progress=False, cluster=slow, own_pace=pace.OwnPace(capacity=capacity))
+            for capacity in (4, 2, 1)}
+    assert len(set(map(int, runs[4]["timeline"].due.sum(1)))) >= 3  # ticks of several sizes
+    for capacity in (2, 1):
+        for a, b in zip(leaves(runs[4]["state"].nodes), leaves(runs[capacity]["state"].nodes), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert runs[capacity]["history"][-1]["counters"] == runs[4]["history"][-1]["counters"]
+        assert runs[capacity]["history"][-1]["loss"] == pytest.approx(runs[4]["history"][-1]["loss"], rel=1e-5)
+
+
+def test_a_held_lift_computes_only_the_due_nodes_by_hand():
+    calls = []
+
+    def step(state, x):  # one node: state + x, aux 2x; counts the steps computed
+        jax.debug.callback(lambda: calls.append(1))
+        return state + x, 2 * x
+
+    state, x = jnp.arange(4.0), jnp.array([10.0, 20.0, 30.0, 40.0])
+    due = jnp.array([True, False, True, False])
+    want = (np.array([10.0, 1.0, 32.0, 3.0]), np.array([20.0, 0.0, 60.0, 0.0]))
+    for backend, capacity in (("vmap", None), ("vmap", 1), ("vmap", 3)):
+        got = population.lift_held(step, backend=backend, capacity=capacity)(due, state, x)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    apart = population.unstack(state)
+    calls.clear()
+    got = population.state_and_aux(population.lift_held(step, backend="loop")(due, apart, x))
+    assert len(calls) == 2  # the two due nodes' compiled calls, no other
+    np.testing.assert_array_equal(population.restack(got[0]), want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    jitted = jax.jit(lambda d, s, v: population.state_and_aux(population.lift_held(step, backend="unrolled")(d, s, v)))
+    got = jitted(due, apart, x)  # jitted ("unrolled"): every node computed, the due ones kept
+    np.testing.assert_array_equal(population.restack(got[0]), want[0])
+    np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_copies_sent_together_share_a_bottleneck_by_hand(tiny_dataset):

@@ -8,15 +8,15 @@ import json
 import pathlib
 import re
 
-from jaxcomm.harness.reports import language
+from experiments.language import report as language
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TYPED_INTERVAL = re.compile(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]")  # e.g. "+4.01 [+1.32, +6.69]"
 
 
 def test_no_experiment_types_an_interval_into_its_prose():
-    reports = ROOT / "jaxcomm" / "harness" / "reports"  # the experiments' tables and generated reading
-    for path in sorted([*(ROOT / "experiments").glob("*.py"), *reports.glob("*.py")]):
+    # every experiment's presets, run and report (its tables and generated reading)
+    for path in sorted((ROOT / "experiments").rglob("*.py")):
         hits = TYPED_INTERVAL.findall(path.read_text())
         assert not hits, f"{path.name} types {hits}: compute them from the summary"
 

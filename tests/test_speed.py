@@ -18,7 +18,7 @@ from jaxcomm.models import MLP, StridedCNN
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MNIST = jnp.zeros((4, 28, 28, 1))
 CIFAR = jnp.zeros((4, 32, 32, 3))
-# The benchmark's workloads (experiments/benchmark.py) and the family each is recorded under.
+# The benchmark's workloads (experiments/benchmark/) and the family each is recorded under.
 WORKLOADS = {"student": (MLP(hidden=(32, 32)), MNIST, "mlp"),
              "teacher": (MLP(hidden=(1200, 1200), dropout=0.5), MNIST, "wide_mlp"),
              "cnn": (StridedCNN(), CIFAR, "conv")}
@@ -558,7 +558,7 @@ def test_the_benchmark_exits_non_zero_when_a_row_fails(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "benchmark.py"), "--only", "student_n1",
+    proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", "--only", "student_n1",
                            "--timeout", "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr
     assert "FAILED rows: student_n1" in proc.stderr

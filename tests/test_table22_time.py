@@ -70,7 +70,7 @@ def test_a_fast_device_is_held_back_by_its_uplink(outputs):
 
 def test_the_command_line_writes_the_table(outputs, tmp_path):
     out_dir = tmp_path / "t22"
-    assert t22.cli(["--out", str(out_dir), f"outputs_dir={outputs}", "links=instant,wan_100m"]) == 0
+    assert t22.main(["--out", str(out_dir), f"outputs_dir={outputs}", "links=instant,wan_100m"]) == 0
     table = (out_dir / "table.md").read_text()
     assert "## wan_100m: 0.1 Gbit/s, 40 ms" in table
     assert "| 4_nodes_true_labels | 125,000 | 10.00 ms | 15.00 ms | 4 | 4.5 s | 1.00x | 4.5 s | 1.00x |" in table
@@ -84,14 +84,14 @@ def chapter2_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("outputs_exchange")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")
-        assert outputs_exchange.cli(["--preset", "smoke", "--out", str(out), "studies=",
+        assert outputs_exchange.main(["--preset", "smoke", "--out", str(out), "studies=",
                                      "rows=1_node_no_sharing,10_nodes_true_labels"]) == 0
     return out
 
 
 def test_a_row_trained_again_with_its_messages_in_flight_is_paired_with_the_instant_run(chapter2_run, tmp_path):
     out_dir = tmp_path / "t22"
-    assert t22.cli(["--out", str(out_dir), f"outputs_dir={chapter2_run}", "links=instant,lan_1g,wan_100m",
+    assert t22.main(["--out", str(out_dir), f"outputs_dir={chapter2_run}", "links=instant,lan_1g,wan_100m",
                     "rerun=10_nodes_true_labels", "seconds_per_step=0.02"]) == 0
     summary = json.loads((out_dir / "summary.json").read_text())
     instant = json.loads((chapter2_run / "summary.json").read_text())["rows"]["10_nodes_true_labels"]

@@ -12,8 +12,8 @@ import os
 import pytest
 
 from experiments import teacher_selection as ts
+from experiments.teacher_selection.report import paired_markdown
 from jaxcomm import data, teacher
-from jaxcomm.harness.reports.teacher_selection import paired_markdown
 
 # --------------------------------------------------------------------------- config rules
 
@@ -116,7 +116,7 @@ def test_smoke_run_end_to_end(tmp_path, monkeypatch):
     config = smoke_config()
     overrides = [f"dataset={config.dataset}"]
     monkeypatch.setattr("sys.argv", ["teacher_selection.py"])
-    assert ts.cli(["--preset", "smoke", "--out", str(tmp_path), *overrides]) == 0
+    assert ts.main(["--preset", "smoke", "--out", str(tmp_path), *overrides]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["experiment"] == "teacher_selection" and summary["preset"] == "smoke"
     expected = set(config.rows) | {f"stack{n}_ce_soft{w}" for n in config.study_stack_sizes for w in ("", "_warmup")}

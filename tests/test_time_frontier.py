@@ -17,9 +17,9 @@ def timed(tmp_path_factory):
     frontier, out = tmp_path_factory.mktemp("frontier"), tmp_path_factory.mktemp("time")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")
-        assert bf.cli(["--preset", "smoke", "--out", str(frontier), "methods=outputs:none,outputs:true_labels,sync",
+        assert bf.main(["--preset", "smoke", "--out", str(frontier), "methods=outputs:none,outputs:true_labels,sync",
                        "num_seeds=2"]) == 0
-        assert tf.cli(["--preset", "smoke", "--out", str(out), f"frontier_dir={frontier}", "seconds_per_step=0.05",
+        assert tf.main(["--preset", "smoke", "--out", str(out), f"frontier_dir={frontier}", "seconds_per_step=0.05",
                        "links=instant,lan_1g,wan_100m", "rerun=true_labels"]) == 0
     tf.write_report(out)
     return out, json.loads((out / "summary.json").read_text()), json.loads((frontier / "summary.json").read_text())

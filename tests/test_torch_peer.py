@@ -1,4 +1,4 @@
-"""The PyTorch peer (experiments/torch_peer.py) trains the benchmark's workloads: the same parameters, the same
+"""The PyTorch peer (experiments/torch_peer/) trains the benchmark's workloads: the same parameters, the same
 logits and the same Adam step as the Flax models and optax, and a measurement of every recipe."""
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ training never pulls in flag parsing or plotting (``tests/test_harness.py`` chec
   where runs go, the refusals that protect results and checkpoints, exit statuses.
 - :mod:`jaxcomm.harness.results`: the ``summary.json`` envelope and curves beside it.
 - :mod:`jaxcomm.harness.report`: table cells, ``table.md``, plots that may fail.
-- :mod:`jaxcomm.harness.reports`: each experiment's tables, plots and generated reading.
-- :mod:`jaxcomm.harness.frontier`: the bandwidth frontier two experiments share.
-- :mod:`jaxcomm.harness.bench`: the benchmark's measurement machinery (rows, sweeps, scale).
+- :mod:`jaxcomm.harness.frontier`: the bandwidth frontier two experiments share (library API: research code
+  calls ``frontier.run``).
+
+Each experiment's config, run and report live beside the package, in ``experiments/<name>/``
+(``python -m experiments.<name>`` from the repository root).
 """

@@ -1,11 +1,12 @@
 """The command line every experiment script shares: presets, ``field=value`` overrides, where runs go.
 
-An experiment file defines a frozen dataclass config (validated in ``__post_init__``), a
-dict of presets (``smoke``, ``cpu``, ``thesis``), ``run(config) -> dict`` and
-``write_report(out_dir, *, plots=True)``; its ``__main__`` is one call to :func:`cli`::
+An experiment (a package ``experiments/NAME/``) defines a frozen dataclass config (validated in
+``__post_init__``), a dict of presets (``smoke``, ``cpu``, ``thesis``), ``run(config) -> dict`` and
+``write_report(out_dir, *, plots=True)``; its ``main`` is one call to :func:`cli`, run by its ``__main__``
+from the repository root::
 
-    python experiments/NAME.py --preset smoke [--out DIR] [--data-dir DIR] [field=value ...]
-    python experiments/NAME.py report [DIR] [--no-plots]
+    python -m experiments.NAME --preset smoke [--out DIR] [--data-dir DIR] [field=value ...]
+    python -m experiments.NAME report [DIR] [--no-plots]
 
 What it guarantees:
 
@@ -173,10 +174,17 @@ def interrupts(seen: list[int]):
             signal.signal(s, h)
 
 
+def _module_command(experiment: str) -> str:
+    """How an experiment is started from the repository root: ``python -m experiments.<experiment>``."""
+    return f"python -m experiments.{experiment}"
+
+
 def _command(argv: Sequence[str] | None, experiment: str, args: Sequence[str]) -> str:
-    """How to run ``args`` again: this process' script when run from the shell, else the experiment's file."""
-    script = sys.argv[0] if argv is None else f"experiments/{experiment}.py"
-    return " ".join(shlex.quote(a) for a in [pathlib.Path(sys.executable).name, script, *args])
+    """How to run ``args`` again: this process' command when run from the shell (``python -m experiments.NAME``
+    for an experiment), else the experiment's module."""
+    start = results.invocation() if argv is None else [pathlib.Path(sys.executable).name, "-m",
+                                                         f"experiments.{experiment}"]
+    return " ".join(shlex.quote(a) for a in [*start, *args])
 
 
 def _resume_args(args: Sequence[str], out_dir: pathlib.Path) -> list[str]:
@@ -190,6 +198,34 @@ def _resume_args(args: Sequence[str], out_dir: pathlib.Path) -> list[str]:
         elif not (arg.startswith("--out=") or arg in ("--fresh", "--resume", "--force")):
             kept.append(arg)
     return [*kept, "--out", str(out_dir), "--resume"]
+
+
+@dataclasses.dataclass
+class _Run:
+    """One run of an experiment from the command line: what :func:`main` settled before it trains, and the clock
+    of the part it trains."""
+
+    experiment: str
+    args: argparse.Namespace
+    argv: list[str]  # the arguments, as typed
+    given: Sequence[str] | None  # main's argv (None: this process' own command line)
+    config: Any
+    out_dir: pathlib.Path
+    resumable: bool
+    resume: bool
+    state: dict  # the saved state of the run it resumes ({} if none)
+    created: bool = False  # out_dir did not exist before this run
+    before: float = 0.0  # wall seconds of the parts before this one
+    start: float = 0.0  # perf_counter when this part started training
+
+    @property
+    def ckpt_dir(self) -> pathlib.Path:
+        return self.out_dir / "checkpoints"
+
+
+def _fail(experiment: str, message: str) -> int:
+    print(f"{experiment}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(
@@ -213,7 +249,30 @@ def main(
     """
     given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=f"{experiment}.py", description=description,
+    resumable = "checkpoints" in inspect.signature(run).parameters
+    args = _parser(experiment, presets, description, write_report, resumable=resumable).parse_args(argv)
+    resume, fresh = resumable and args.resume, resumable and args.fresh
+    try:
+        _apply_flags(args)
+        config = apply_overrides(presets[args.preset](), args.overrides)
+        if args.show_config:
+            print(json.dumps(dataclasses.asdict(config), indent=2, default=results.jsonable))
+            return 0
+        out_dir = _out_dir_for(args, experiment, resumable=resumable, resume=resume, fresh=fresh)
+        state = _check_out_dir(out_dir, args, config, resumable=resumable, resume=resume, fresh=fresh)
+    except (ValueError, _Refused) as error:
+        if args.debug:
+            traceback.print_exc()
+        return _fail(experiment, _one_line(error))
+    job = _Run(experiment, args, argv, given, config, out_dir, resumable, resume, state)
+    return _run_and_write(job, run, write_report)
+
+
+def _parser(experiment: str, presets: Mapping[str, Callable[[], Any]], description: str, write_report, *,
+            resumable: bool) -> argparse.ArgumentParser:
+    """The command line of an experiment (``--checkpoint-every``, ``--resume``, ... where its run is
+    ``resumable``)."""
+    parser = argparse.ArgumentParser(prog=_module_command(experiment), description=description,
                                      epilog=_epilog(experiment, presets, write_report),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu", choices=sorted(presets), help="configuration preset (default cpu)")
@@ -230,7 +289,6 @@ def main(
                              "(tensorboard --logdir DIR; jaxcomm.curves)")
     parser.add_argument("--deterministic", action="store_true",
                         help="bitwise-repeatable GPU kernels (slower on a GPU; CPU runs already are)")
-    resumable = "checkpoints" in inspect.signature(run).parameters
     if resumable:
         parser.add_argument("--resume", action="store_true",
                             help="continue the interrupted run in <out>/checkpoints (default --out: the newest "
@@ -243,132 +301,154 @@ def main(
         parser.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
                             help="save the training state every STEPS steps (default 1000; also on Ctrl-C/SIGTERM)")
     parser.add_argument("overrides", nargs="*", metavar="field=value", help="override config fields")
-    args = parser.parse_args(argv)
-    resume, fresh = resumable and args.resume, resumable and args.fresh
-    fail = lambda message: print(f"{experiment}: error: {message}", file=sys.stderr) or 2
+    return parser
 
-    try:
-        if args.deterministic:
-            from jaxcomm import speed  # noqa: PLC0415
 
-            try:
-                speed.deterministic()
-            except RuntimeError as error:
-                raise _Refused(str(error)) from None
-        if args.data_dir is not None:
-            from jaxcomm.data import DATA_DIR_ENV  # noqa: PLC0415
+def _apply_flags(args: argparse.Namespace) -> None:
+    """``--deterministic`` and ``--data-dir``, set for this process before the config is built."""
+    if args.deterministic:
+        from jaxcomm import speed  # noqa: PLC0415
 
-            if not pathlib.Path(args.data_dir).expanduser().is_dir():
-                raise _Refused(f"--data-dir {args.data_dir}: not an existing folder")
-            os.environ[DATA_DIR_ENV] = str(pathlib.Path(args.data_dir).expanduser().absolute())
-        config = apply_overrides(presets[args.preset](), args.overrides)
-        if args.show_config:
-            print(json.dumps(dataclasses.asdict(config), indent=2, default=results.jsonable))
-            return 0
-        if resumable and args.checkpoint_every < 1:
-            raise _Refused(f"--checkpoint-every must be an integer >= 1, got {args.checkpoint_every}")
-        if resume and fresh:
-            raise _Refused("--resume continues the checkpoints --fresh deletes; pass one of them")
-        if args.out is not None:
-            out_dir = pathlib.Path(args.out)
-        elif resume:
-            out_dir = newest_run(experiment, preset=args.preset, unfinished=True)
-            if out_dir is None:
-                raise _Refused(f"--resume: no interrupted {args.preset} run under {RUNS}/{experiment}; "
-                               "name its folder with --out")
-        else:
-            out_dir = default_out_dir(experiment, args.preset)
-        out_dir = out_dir.expanduser()
-        state = _check_out_dir(out_dir, args, config, resumable=resumable, resume=resume, fresh=fresh)
-    except (ValueError, _Refused) as error:
-        if args.debug:
-            traceback.print_exc()
-        return fail(_one_line(error))
+        try:
+            speed.deterministic()
+        except RuntimeError as error:
+            raise _Refused(str(error)) from None
+    if args.data_dir is not None:
+        from jaxcomm.data import DATA_DIR_ENV  # noqa: PLC0415
 
-    typed = _command(given, experiment, argv)
+        if not pathlib.Path(args.data_dir).expanduser().is_dir():
+            raise _Refused(f"--data-dir {args.data_dir}: not an existing folder")
+        os.environ[DATA_DIR_ENV] = str(pathlib.Path(args.data_dir).expanduser().absolute())
+
+
+def _out_dir_for(args: argparse.Namespace, experiment: str, *, resumable: bool, resume: bool,
+                 fresh: bool) -> pathlib.Path:
+    """The folder a run writes: ``--out``, else the newest interrupted run under ``--resume``, else a fresh one."""
+    if resumable and args.checkpoint_every < 1:
+        raise _Refused(f"--checkpoint-every must be an integer >= 1, got {args.checkpoint_every}")
+    if resume and fresh:
+        raise _Refused("--resume continues the checkpoints --fresh deletes; pass one of them")
+    if args.out is not None:
+        out_dir = pathlib.Path(args.out)
+    elif resume:
+        out_dir = newest_run(experiment, preset=args.preset, unfinished=True)
+        if out_dir is None:
+            raise _Refused(f"--resume: no interrupted {args.preset} run under {RUNS}/{experiment}; "
+                           "name its folder with --out")
+    else:
+        out_dir = default_out_dir(experiment, args.preset)
+    return out_dir.expanduser()
+
+
+def _run_and_write(job: _Run, run: Callable[..., Mapping[str, Any]], write_report) -> int:
+    """Trains ``job`` (its checkpoints set up first, where it can resume), then writes its summary, curves and
+    report; the exit status."""
+    typed = _command(job.given, job.experiment, job.argv)
+    resumed = bool(job.resume and job.state)
     # the command that started the checkpoints defines the run; each one that resumed them is recorded beside it
-    command = state.get("command") or typed
-    resumed_with = [*state.get("resumed_with", []), typed] if resume and state else []
+    command = job.state.get("command") or typed
+    resumed_with = [*job.state.get("resumed_with", []), typed] if resumed else []
     # the code that ran: read before it runs (an edit made during a long run is not the run's); a resumed run
     # keeps its first part's commit, with this part's beside it where they differ
     now = results.git_commit()
-    first = state.get("git_commit", now) if resume and state else now
+    first = job.state.get("git_commit", now) if resumed else now
     commit = first if now == first else f"{first}; resumed at {now}"
-    before = float(state.get("wall_seconds", 0.0))
-    created = not out_dir.exists()
-    ckpt_dir = out_dir / "checkpoints"
+    job.before = float(job.state.get("wall_seconds", 0.0))
+    job.created = not job.out_dir.exists()
     kwargs = {}
-    if resumable:
-        from jaxcomm.checkpoint import Checkpoints  # noqa: PLC0415  (orbax is slow to import)
+    if job.resumable:
+        kwargs["checkpoints"] = _checkpoints(job, command=command, first=first, resumed_with=resumed_with)
+    result = _train(job, run, kwargs)
+    if isinstance(result, int):
+        return result
+    wall = job.before + time.perf_counter() - job.start
+    curves = result.pop("curves", None)
+    rows = result.pop("rows")
+    path = results.write_summary(job.out_dir, experiment=job.experiment, preset=job.args.preset, rows=rows,
+                                 wall_seconds=wall, command=command, commit=commit,
+                                 config=dataclasses.asdict(job.config),
+                                 **({"resumed_with": resumed_with} if resumed_with else {}), **result)
+    if curves is not None:
+        results.write_jsonl(job.out_dir / "curves.jsonl", curves)
+    if job.resumable and not job.args.keep_checkpoints:
+        shutil.rmtree(job.ckpt_dir, ignore_errors=True)
+    elif job.resumable:
+        print(f"kept the trained states in {job.ckpt_dir} (jaxcomm.methods.load reads a run's folder)")
+    print(f"wrote {path} ({wall:.0f} s)")
+    if write_report is not None and os.environ.get("JAXCOMM_NO_REPORT") != "1":
+        return _report(write_report, job.out_dir, experiment=job.experiment, debug=job.args.debug)
+    return 0
 
-        state = {"preset": args.preset, "config": _plain(config), "command": command, "wall_seconds": before,
-                 "git_commit": first, **({"resumed_with": resumed_with} if resumed_with else {})}
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        (ckpt_dir / _STATE).write_text(json.dumps(state, indent=1) + "\n")
-        # every checkpoint records the wall time so far: a run killed outright (kill -9) resumes counting it
-        kwargs["checkpoints"] = Checkpoints(ckpt_dir, every=args.checkpoint_every, resume=resume, on_save=lambda: (
-            _save_state(ckpt_dir, wall_seconds=before + time.perf_counter() - start)))
 
-    def clean_up() -> None:
-        """Removes what this run created and left empty: a checkpoints folder without checkpoints, the folder."""
-        if resumable and not _has_checkpoints(ckpt_dir):
-            shutil.rmtree(ckpt_dir, ignore_errors=True)
-        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
-            out_dir.rmdir()
+def _checkpoints(job: _Run, *, command: str, first: str | None, resumed_with: list[str]):
+    """The run's :class:`jaxcomm.checkpoint.Checkpoints` in ``<out>/checkpoints``, beside the ``config.json``
+    that names the run (preset, config, command, wall time so far, commit)."""
+    from jaxcomm.checkpoint import Checkpoints  # noqa: PLC0415  (orbax is slow to import)
 
+    state = {"preset": job.args.preset, "config": _plain(job.config), "command": command, "wall_seconds": job.before,
+             "git_commit": first, **({"resumed_with": resumed_with} if resumed_with else {})}
+    job.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    (job.ckpt_dir / _STATE).write_text(json.dumps(state, indent=1) + "\n")
+    # every checkpoint records the wall time so far: a run killed outright (kill -9) resumes counting it
+    return Checkpoints(job.ckpt_dir, every=job.args.checkpoint_every, resume=job.resume, on_save=lambda: (
+        _save_state(job.ckpt_dir, wall_seconds=job.before + time.perf_counter() - job.start)))
+
+
+def _clean_up(job: _Run) -> None:
+    """Removes what this run created and left empty: a checkpoints folder without checkpoints, the folder."""
+    if job.resumable and not _has_checkpoints(job.ckpt_dir):
+        shutil.rmtree(job.ckpt_dir, ignore_errors=True)
+    if job.created and job.out_dir.is_dir() and not any(job.out_dir.iterdir()):
+        job.out_dir.rmdir()
+
+
+def _train(job: _Run, run: Callable[..., Mapping[str, Any]], kwargs: dict) -> dict | int:
+    """``run(config, **kwargs)``'s result, or the exit status of a run interrupted (130), stopped (1) or refused
+    for its data or a value (2)."""
     from jaxcomm import curves  # noqa: PLC0415
     from jaxcomm.data import DataError  # noqa: PLC0415
 
     seen: list[int] = []
-    start = time.perf_counter()
+    job.start = time.perf_counter()
     try:
-        with interrupts(seen), (curves.tensorboard(args.log_dir) if args.log_dir else contextlib.nullcontext()):
-            result = dict(run(config, **kwargs))
+        with interrupts(seen), (curves.tensorboard(job.args.log_dir) if job.args.log_dir else contextlib.nullcontext()):
+            result = dict(run(job.config, **kwargs))
         if seen:
             raise KeyboardInterrupt(f"signal {seen[0]}")
     except KeyboardInterrupt as error:  # jaxcomm's Interrupted (checkpoint saved) is one
-        wall = time.perf_counter() - start
-        what = "interrupted" + (f" by signal {seen[0]}" if seen else "") + f" after {wall:.0f} s"
-        if resumable and _has_checkpoints(ckpt_dir):
-            _save_state(ckpt_dir, wall_seconds=before + wall)
-            detail = f" ({error})" if str(error) and not str(error).startswith("signal") else ""
-            print(f"\n{experiment}: {what}{detail}; no results written.\n"
-                  f"resume with: {_command(given, experiment, _resume_args(argv, out_dir))}", file=sys.stderr)
-        else:
-            clean_up()
-            print(f"\n{experiment}: {what}, before any checkpoint; no results written.\n"
-                  f"run again with: {_command(given, experiment, argv)}", file=sys.stderr)
-        return 130
+        return _interrupted(job, error, seen)
     except FloatingPointError as error:  # jaxcomm's NonFiniteLoss and divergence stops
-        if resumable and _has_checkpoints(ckpt_dir):
-            _save_state(ckpt_dir, wall_seconds=before + time.perf_counter() - start)
-        clean_up()
-        print(f"\n{experiment}: stopped: {error}", file=sys.stderr)
+        if job.resumable and _has_checkpoints(job.ckpt_dir):
+            _save_state(job.ckpt_dir, wall_seconds=job.before + time.perf_counter() - job.start)
+        _clean_up(job)
+        print(f"\n{job.experiment}: stopped: {error}", file=sys.stderr)
         return 1
     except (DataError, ValueError) as error:
-        clean_up()
-        if args.debug:
+        _clean_up(job)
+        if job.args.debug:
             traceback.print_exc()
-        return fail(_one_line(error) + ("" if args.debug else " (--debug shows the traceback)"))
+        return _fail(job.experiment, _one_line(error) + ("" if job.args.debug else " (--debug shows the traceback)"))
     except BaseException:
-        clean_up()
+        _clean_up(job)
         raise
-    wall = before + time.perf_counter() - start
-    curves = result.pop("curves", None)
-    rows = result.pop("rows")
-    path = results.write_summary(out_dir, experiment=experiment, preset=args.preset, rows=rows, wall_seconds=wall,
-                                 command=command, commit=commit, config=dataclasses.asdict(config),
-                                 **({"resumed_with": resumed_with} if resumed_with else {}), **result)
-    if curves is not None:
-        results.write_jsonl(out_dir / "curves.jsonl", curves)
-    if resumable and not args.keep_checkpoints:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-    elif resumable:
-        print(f"kept the trained states in {ckpt_dir} (jaxcomm.methods.load reads a run's folder)")
-    print(f"wrote {path} ({wall:.0f} s)")
-    if write_report is not None and os.environ.get("JAXCOMM_NO_REPORT") != "1":
-        return _report(write_report, out_dir, experiment=experiment, debug=args.debug)
-    return 0
+    return result
+
+
+def _interrupted(job: _Run, error: KeyboardInterrupt, seen: list[int]) -> int:
+    """Says how an interrupted run ends (resume it from its checkpoints, or run it again) and returns 130."""
+    wall = time.perf_counter() - job.start
+    what = "interrupted" + (f" by signal {seen[0]}" if seen else "") + f" after {wall:.0f} s"
+    if job.resumable and _has_checkpoints(job.ckpt_dir):
+        _save_state(job.ckpt_dir, wall_seconds=job.before + wall)
+        detail = f" ({error})" if str(error) and not str(error).startswith("signal") else ""
+        print(f"\n{job.experiment}: {what}{detail}; no results written.\n"
+              f"resume with: {_command(job.given, job.experiment, _resume_args(job.argv, job.out_dir))}",
+              file=sys.stderr)
+    else:
+        _clean_up(job)
+        print(f"\n{job.experiment}: {what}, before any checkpoint; no results written.\n"
+              f"run again with: {_command(job.given, job.experiment, job.argv)}", file=sys.stderr)
+    return 130
 
 
 def _check_out_dir(out_dir: pathlib.Path, args: argparse.Namespace, config: Any, *, resumable: bool,
@@ -428,7 +508,7 @@ def _report(write_report: Callable[..., None], out_dir: pathlib.Path | None, *, 
         if debug:
             traceback.print_exc()
         print(f"{experiment}: report failed: {type(error).__name__}: {_one_line(error)}; the results are in "
-              f"{out_dir}, redraw with: python experiments/{experiment}.py report {out_dir} --debug", file=sys.stderr)
+              f"{out_dir}, redraw with: {_module_command(experiment)} report {out_dir} --debug", file=sys.stderr)
         return 1
     return 0
 
@@ -441,7 +521,7 @@ def _epilog(experiment: str, presets: Mapping[str, Callable[[], Any]], write_rep
     lines += [f"  {f.name} = {getattr(config, f.name)!r}" for f in dataclasses.fields(config)] \
         if dataclasses.is_dataclass(config) else []
     if write_report is not None:
-        lines += ["", f"python experiments/{experiment}.py report [DIR] [--no-plots] redraws a run's table and plots "
+        lines += ["", f"{_module_command(experiment)} report [DIR] [--no-plots] redraws a run's table and plots "
                   "from its summary.json (default DIR: the newest run)"]
     return "\n".join(lines)
 
@@ -473,7 +553,7 @@ def report_command(args: Sequence[str], *, experiment: str, write_report: Callab
     flags = {a for a in args if a.startswith("--")}
     folders = [a for a in args if not a.startswith("--")]
     if flags - {"--no-plots", "--debug"} or len(folders) > 1:
-        print(f"usage: {experiment}.py report [DIR] [--no-plots] [--debug]", file=sys.stderr)
+        print(f"usage: {_module_command(experiment)} report [DIR] [--no-plots] [--debug]", file=sys.stderr)
         return 2
     out_dir = pathlib.Path(folders[0]) if folders else newest_run(experiment)
     if out_dir is None or not (out_dir / "summary.json").is_file():

@@ -20,8 +20,8 @@ trained again seed by seed, and a seed that diverges is recorded as stopped in i
 
 The Pareto front (:func:`pareto`): a row is on it if no row with fewer or equal bytes has a higher mean
 accuracy, under the private data model (the ``_shared`` twins left out) and under the shared one (the twins
-instead of their private rows). ``experiments/bandwidth_frontier.py`` runs and reports it,
-``experiments/time_frontier.py`` reads it in time.
+instead of their private rows). ``python -m experiments.bandwidth_frontier`` runs and reports it,
+``python -m experiments.time_frontier`` reads it in time.
 """
 
 from __future__ import annotations
@@ -415,7 +415,7 @@ MARKERS = {"outputs": "o", "sync": "s", "gossip": "^", "compressed": "D", "local
 def multi_seed(summary: dict) -> bool:
     """Whether ``summary`` has this format: rows over seeds, named by their methods' names. Earlier runs (the
     superseded frontier) have one seed per method, rows named by their spec, output bytes under the shared
-    data model (``experiments/bandwidth_frontier.py`` draws them as they were)."""
+    data model (``experiments/bandwidth_frontier/report.py`` draws them as they were)."""
     return "num_seeds" in summary["config"]
 
 

@@ -48,14 +48,25 @@ def mean_sd_cell(row: dict, key: str, digits: int = 1, missing: str = "-") -> st
     return cell(row.get(key), digits, missing)
 
 
+def experiment_command(summary: dict, name: str) -> str:
+    """How to start experiment ``name`` as the run of ``summary`` was started: ``python -m experiments.<name>``, or
+    ``python experiments/<name>.py`` for a run from before the experiments were packages (the tables committed then
+    print it so, and redraw byte-identical)."""
+    if "-m experiments." in str(summary.get("command") or ""):
+        return f"python -m experiments.{name}"
+    return f"python experiments/{name}.py"
+
+
 def heading(title: str, summary: dict, script: str) -> list[str]:
     """A table's first lines: ``# title``, the run's command, preset, wall time, device and commit, and the
-    command that redraws it (``python experiments/<script> report <out_dir>``)."""
+    command that redraws it (``python -m experiments.<name> report <out_dir>``, :func:`experiment_command`;
+    ``script``: ``<name>.py``)."""
+    redraw = experiment_command(summary, script.removesuffix(".py"))
     return [f"# {title}", "",
             f"Command: `{summary['command']}`  ",
             f"Preset `{summary['preset']}`, wall time {summary['wall_seconds']:.0f} s on {summary['device']}; commit "
             f"`{summary['git_commit']}`.  ",
-            f"Redraw: `python experiments/{script} report {pathlib.Path(summary.get('out_dir', '.'))}`",
+            f"Redraw: `{redraw} report {pathlib.Path(summary.get('out_dir', '.'))}`",
             ""]
 
 

@@ -40,9 +40,19 @@ def device_description() -> str:
             f"with {os.cpu_count()} CPU cores, jax {jax.__version__}")
 
 
+def invocation() -> list[str]:
+    """How this process was started, as it would be typed again: ``python -m NAME`` for a module run with ``-m``
+    (an experiment: ``python -m experiments.language``), else ``python SCRIPT``."""
+    python = pathlib.Path(sys.executable).name
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:  # python -m NAME (a package runs its NAME.__main__)
+        return [python, "-m", spec.name.removesuffix(".__main__")]
+    return [python, sys.argv[0]]
+
+
 def command_line() -> str:
     """This process' command line, as ``summary.json`` records it."""
-    return " ".join(shlex.quote(arg) for arg in [pathlib.Path(sys.executable).name, *sys.argv])
+    return " ".join(shlex.quote(arg) for arg in [*invocation(), *sys.argv[1:]])
 
 
 def write_summary(

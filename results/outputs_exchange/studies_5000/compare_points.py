@@ -13,8 +13,8 @@ e.g. the 100-node ring (p = 5) against 100 fully connected nodes, both trained o
 import json
 import sys
 
+from experiments.outputs_exchange.report import PAIRED_KEYS
 from jaxcomm.harness import report
-from jaxcomm.harness.reports.outputs_exchange import PAIRED_KEYS
 
 
 def point(path: str, label: str) -> dict:

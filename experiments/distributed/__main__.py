@@ -1,0 +1,9 @@
+"""``python -m experiments.distributed`` (from the repository root):
+the experiment's command line, :func:`.run.main`."""
+
+import sys
+
+from .run import main
+
+if __name__ == "__main__":
+    sys.exit(main())

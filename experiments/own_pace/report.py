@@ -1,0 +1,74 @@
+"""The own-pace study's report: ``table.md`` (per condition, each method's accuracy at the horizon, seconds to
+the target and goodput, and output sharing minus each other method paired by seed) and ``curves.png``, drawn from
+the run's ``summary.json`` and its saved pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+from jaxcomm import stats
+from jaxcomm.harness import report
+
+from .presets import CONDITIONS
+
+
+def table(summary: dict) -> str:
+    head = (f"# Nodes at their own pace\n\n{summary.get('command', '')}\n\nCommit {summary.get('git_commit')}, "
+            f"{summary.get('device')}, {summary.get('wall_seconds', 0):.0f} s. Target (validation, chosen on "
+            f"isolated nodes at 0 stragglers on the LAN): {summary['target_validation']} %.\n")
+    out = [head]
+    for condition, t in summary["tables"].items():
+        if not t["rows"]:
+            continue
+        out.append(f"\n## {condition}\n\n| method | test acc. at horizon | node average | s to target (median) | "
+                   "goodput | node steps (min-max) |\n|---|---|---|---|---|---|")
+        for name, r in t["rows"].items():
+            mean, sd = stats.mean_sd(r["test"], digits=2)
+            coll, _ = stats.mean_sd(r["test_node_average"], digits=2)
+            reach = stats.median_seed(r["seconds_to_target"])
+            steps = np.asarray(r["node_steps"])
+            out.append(f"| {name} | {mean:.2f} ± {sd:.2f} | {coll:.2f} | "
+                       f"{'-' if reach is None else f'{reach:.1f}'} | {np.mean(r['goodput']):.2f} | "
+                       f"{steps.min()}-{steps.max()} |")
+        if t["comparisons"]:
+            out.append("\n| outputs minus | test acc. (paired, 95 % CI) | Holm p |\n|---|---|---|")
+            for c in t["comparisons"]:
+                p = "-" if c["holm_p"] is None else f"{c['holm_p']:.3g}"
+                out.append(f"| {c['other']} | {c['mean']:+.2f} [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}] | {p} |")
+    return "\n".join(out) + "\n"
+
+
+def plot_curves(out: pathlib.Path) -> None:
+    """``curves.png``: test accuracy (as scored) against virtual seconds, mean over seeds, a panel per condition."""
+    pairs = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
+    conditions = [c for c in CONDITIONS if any(p["condition"] == c for p in pairs)]
+    plt = report.pyplot()
+    columns = min(4, len(conditions))
+    rows = -(-len(conditions) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False, sharey=True)
+    for ax, condition in zip(axes.flat, conditions, strict=False):
+        for pair in (p for p in pairs if p["condition"] == condition):
+            length = min(len(c) for c in pair["curves"])  # seeds end at their own ticks: 20 or 21 evaluations
+            seconds = np.mean([[pt["seconds"] for pt in c[:length]] for c in pair["curves"]], axis=0)
+            accuracy = np.mean([[pt["test"] for pt in c[:length]] for c in pair["curves"]], axis=0)
+            ax.plot(seconds, accuracy, label=pair["method"], marker=".")
+        ax.set_title(condition, fontsize=9)
+        ax.set_xlabel("virtual seconds")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(conditions):]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("test accuracy (%)")
+    axes[0, 0].legend(fontsize=7)
+    report.save_figure(fig, out / "curves.png")
+
+
+def write_report(out: pathlib.Path | str, *, plots: bool = True) -> None:
+    """``table.md`` from ``summary.json`` first, then the plot (a failing plot costs only a warning)."""
+    out = pathlib.Path(out)
+    (out / "table.md").write_text(table(json.loads((out / "summary.json").read_text())))
+    if plots:
+        report.draw(curves=lambda: plot_curves(out))
