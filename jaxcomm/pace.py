@@ -39,7 +39,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcomm import clock, population, streams
+from jaxcomm import clock, streams
 from jaxcomm.validation import is_int, is_real, require
 
 
@@ -369,15 +369,15 @@ class OwnPace(NamedTuple):
         in either order); None: three quarters of the fastest node's nominal step, which keeps about three
         quarters of the nodes due per tick at 20 % jitter.
       capacity: nodes per pass where a stacked population's step computes only the nodes due
-        (:func:`jaxcomm.population.lift_held`); None: :func:`jaxcomm.population.default_capacity`; N or more:
-        every node computed each tick and the due ones kept.
+        (:func:`jaxcomm.population.lift_held`: it pays where few nodes are due, ``results/benchmark/pace/``);
+        None, or N or more: every node computed each tick and the due ones kept.
     """
 
     resolution: float | None = None
     capacity: int | None = None
 
     def capacity_for(self, num_nodes: int) -> int:
-        return population.default_capacity(num_nodes) if self.capacity is None else int(self.capacity)
+        return num_nodes if self.capacity is None else int(self.capacity)
 
     def tick_seconds(self, compute: clock.Compute, num_nodes: int) -> float:
         """The fastest node's nominal step: about a tick's length (what message delays are rounded up to)."""

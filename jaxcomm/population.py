@@ -109,12 +109,6 @@ HELD_BACKENDS = ("vmap", "patches", "map")
 """The stacked lifts whose held step (:func:`lift_held`) gathers the due nodes ``capacity`` at a time."""
 
 
-def default_capacity(num_nodes: int) -> int:
-    """Nodes per pass of a held step's gather (:func:`lift_held`): an eighth of the population (at least 4), so
-    the nodes computed exceed the nodes due by less than an eighth of N, at a few passes' fixed cost."""
-    return min(num_nodes, max(4, -(-num_nodes // 8)))
-
-
 def lift_held(fn: Callable[..., tuple], *, backend: str, in_axes: int | None | Sequence[int | None] = 0,
               held: int = 0, capacity: int | None = None, lifted: Callable[..., Any] | None = None,
               **lift_kwargs) -> Callable[..., tuple]:
@@ -131,18 +125,15 @@ def lift_held(fn: Callable[..., tuple], *, backend: str, in_axes: int | None | S
     ``fn(*args) -> (state, aux)`` for one node; ``lifted``: its lift (default ``lift(fn, ...)``; e.g.
     :func:`lift_train`'s). Every path gives the due nodes the values ``lifted`` gives them (tested)."""
     lifted = lifted or lift(fn, backend=backend, in_axes=in_axes, **lift_kwargs)
-
-    @functools.partial(jax.jit, static_argnums=0)
-    def one(axes: tuple[int | None, ...], i: jax.Array, *args):  # as the "loop" lift's: node i's slices inside
-        return fn(*(_node_at(arg, i) if axis == 0 else arg for arg, axis in zip(args, axes, strict=True)))
+    one = _node_call(fn)
 
     def apart(due, args, axes):
         n = len(args[held].trees)
         if isinstance(due, jax.core.Tracer):  # a jitted step: every node computed, kept where due (on CPU a
             # branch per node would put its convolutions in a nested computation, many times slower)
-            keep = lambda flag, new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(flag, a, b), new, old)  # noqa: E731
-            return Unstacked(tuple((keep(due[i], new, args[held].trees[i]), keep(due[i], aux, _zeros(aux)))
-                                   for i, (new, aux) in enumerate(lifted(*args).trees)))
+            states, auxes = zip(*lifted(*args).trees, strict=True)
+            return Unstacked(tuple(zip(_where_apart(due, states, args[held].trees),
+                                       _where_apart(due, auxes, tuple(map(_zeros, auxes))), strict=True)))
         due = np.asarray(due)  # the eager loop: only the due nodes' compiled calls
         own = [axis == 0 and isinstance(arg, Unstacked) for arg, axis in zip(args, axes, strict=True)]
         call_axes = tuple(None if o else axis for o, axis in zip(own, axes, strict=True))
@@ -418,13 +409,22 @@ def state_and_aux(out: PyTree) -> tuple[PyTree, PyTree]:
     return Unstacked(tuple(state for state, _ in out.trees)), stack_jitted(tuple(aux for _, aux in out.trees))
 
 
-def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
-    # Called eagerly, each node is one compiled dispatch (asynchronous: no host sync between nodes) with the node's
-    # index an argument, so every node runs the one compiled program; slicing N nodes leaf by leaf op by op would
-    # cost more dispatches than the step. Under an outer jit the calls inline: "loop" becomes "unrolled".
+def _node_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``one(axes, i, *args)``: ``fn`` on node ``i``'s slices of the stacked (``axes`` 0) arguments, jitted.
+
+    Called eagerly, each node is one compiled dispatch (asynchronous: no host sync between nodes) with the node's
+    index an argument, so every node runs the one compiled program; slicing N nodes leaf by leaf op by op would
+    cost more dispatches than the step. Under an outer jit the calls inline: "loop" becomes "unrolled"."""
+
     @functools.partial(jax.jit, static_argnums=0)
     def one(axes: tuple[int | None, ...], i: jax.Array, *args):
         return fn(*(_node_at(arg, i) if axis == 0 else arg for arg, axis in zip(args, axes, strict=True)))
+
+    return one
+
+
+def _looped(fn: Callable[..., Any], in_axes) -> Callable[..., Any]:
+    one = _node_call(fn)
 
     def looped(*args):
         axes = _normalise_axes(in_axes, len(args))

@@ -53,7 +53,7 @@ def measure(workload: str, n: int, kind: str, how: dict, chunk: int) -> dict:
     lockstep = methods.build(method, config, model, dataset)
     config = config.replace(backend=lockstep.backend, step_loop=lockstep.step_loop)  # one lift for both arms
     own_pace = pace.OwnPace(resolution=None if "resolution" not in how else how["resolution"] * 0.01,
-                            capacity=how.get("capacity", n))
+                            capacity=how.get("capacity"))
     paced, timeline = methods.at_own_pace(methods.build(method, config, model, dataset, cluster=cluster,
                                                         own_pace=own_pace), cluster, own_pace)
     data = network.network_data(dataset, config)
