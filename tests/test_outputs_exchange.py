@@ -480,7 +480,7 @@ def test_compare_points_pairs_two_runs_points_by_seed(tmp_path, capsys):
     """results/.../compare_points.py: per-seed differences of two runs' points, hand-computed: [1, 2, 3] has mean 2
     and half-width t(0.975, 2) x 1 / sqrt(3) = 2.48."""
     spec = importlib.util.spec_from_file_location(
-        "compare_points", ROOT / "results/outputs_exchange/studies_5000/compare_points.py")
+        "compare_points", ROOT / "experiments/outputs_exchange/tools/compare_points.py")
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)
     keys = list(oe_report.PAIRED_KEYS)

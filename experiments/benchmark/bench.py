@@ -38,10 +38,13 @@ return code 124)."""
 
 
 def in_fresh_process(script, *args: str, env: dict[str, str] | None = None):
-    """What ``python script *args`` prints on its last line, read as JSON, run in a fresh interpreter (nothing
-    compiled, cached or set process-wide by this one) with ``env`` added to this process' environment; raises
-    RuntimeError with the tail of its stderr when it fails."""
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+    """What ``python script *args`` (or ``python -m script *args`` for a module's dotted name, as a probe passes
+    its ``__spec__.name``) prints on its last line, read as JSON, run in a fresh interpreter (nothing compiled,
+    cached or set process-wide by this one) with ``env`` added to this process' environment; raises RuntimeError
+    with the tail of its stderr when it fails."""
+    by_name = isinstance(script, str) and not script.endswith(".py") and "/" not in script
+    proc = subprocess.run([sys.executable, *(("-m", script) if by_name else (str(script),)), *args],
+                          capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
     if proc.returncode:
         raise RuntimeError(f"{script} {' '.join(args)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")

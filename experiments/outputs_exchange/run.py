@@ -42,7 +42,7 @@ def run_names(config: OutputsExchangeConfig) -> dict[tuple, str]:
     """``(network, channels) -> run name`` of every run ``config`` trains, in order: its rows under their names, then
     each distinct study network as ``study_{i}_n{N}_{content}`` (a point equal to a row or an earlier point reuses
     that run). The names key the runs' checkpoints, so a part of a run can be copied out by name (see
-    ``results/outputs_exchange/studies_5000/part.py``)."""
+    ``experiments/outputs_exchange/tools/part.py``)."""
     names: dict[tuple, str] = {}
     for row in config.rows:
         names.setdefault((row_network(config, row), config.widths), row)

@@ -2,7 +2,7 @@
 of each: kernels stored [out, in] (PyTorch's `Linear`) against [in, out] (Flax's `nn.Dense`), the same arithmetic;
 and the matrix products in bfloat16 (float32 parameters, cast at each product). From the repository root:
 
-    python results/benchmark/issue41/kernel_layout.py
+    python -m experiments.benchmark.vs_pytorch.kernel_layout
 """
 import time
 

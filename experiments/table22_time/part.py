@@ -2,7 +2,7 @@
 those rows and links, then resumed there (each rerun restores at its last step, no training), so the runs get one
 summary, table and plots. From the repository root:
 
-    python results/table22_time/part.py SRC[,SRC...] OUT OVERRIDES...   # e.g. rerun=10_nodes_true_labels
+    python -m experiments.table22_time.part SRC[,SRC...] OUT OVERRIDES...   # e.g. rerun=10_nodes_true_labels
 
 SRC: the runs' folders (their checkpoints/), OUT: the new folder (moved into results/ afterwards). Reruns are named
 ``{row}_{link}`` by the first link of their delay, the same name in any run whose links hold that link.
@@ -13,9 +13,7 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, "experiments")
-import table22_time as t22  # noqa: E402
-
+from experiments import table22_time as t22  # noqa: E402
 from jaxcomm.harness import cli  # noqa: E402
 
 sources = [pathlib.Path(folder) / "checkpoints" for folder in sys.argv[1].split(",")]
@@ -37,9 +35,9 @@ for run in runs:
 args = ["--preset", "cpu", *overrides]
 commits = sorted({state["git_commit"] for state in states})
 state = {"preset": "cpu", "config": cli._plain(config), "git_commit": "; ".join(commits),
-         "command": "python experiments/table22_time.py " + " ".join(args) + f" --out {out}",
+         "command": "python -m experiments.table22_time " + " ".join(args) + f" --out {out}",
          # the training seconds of the copied runs (their checkpoints' own), not the runs' wall clocks
          "wall_seconds": seconds, "copied_from": [str(src.parent) for src in sources],
          "copied_from_command": [state["command"] for state in states]}
 (out / "checkpoints" / "config.json").write_text(json.dumps(state, indent=1) + "\n")
-sys.exit(subprocess.call([sys.executable, "experiments/table22_time.py", *args, "--out", str(out), "--resume"]))
+sys.exit(subprocess.call([sys.executable, "-m", "experiments.table22_time", *args, "--out", str(out), "--resume"]))

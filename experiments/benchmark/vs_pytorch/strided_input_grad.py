@@ -7,7 +7,7 @@ the multiply-adds), the four interleaved; or one stride-1 3x3 convolution to 4 C
 Timed alone, jitted, for the chapter-2 benchmark CNN's second and third layers (batch 32), best of 7 x 20 calls,
 three interleaved rounds. From the repository root:
 
-    python results/benchmark/issue41/strided_input_grad.py
+    python -m experiments.benchmark.vs_pytorch.strided_input_grad
 """
 import time
 

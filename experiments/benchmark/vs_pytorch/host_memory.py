@@ -3,8 +3,8 @@ CNN's 10 nodes or the student MLP's 64: node-steps per second of each pair in fr
 process-wide and taken when jaxcomm is imported), the two modes alternating, and the minor page faults per step.
 From the repository root:
 
-    python results/benchmark/issue41/host_memory.py > results/benchmark/issue41/host_memory.md
-    python results/benchmark/issue41/host_memory.py student > results/benchmark/issue41/host_memory_student.md
+    python -m experiments.benchmark.vs_pytorch.host_memory > results/benchmark/vs_pytorch/host_memory.md
+    python -m experiments.benchmark.vs_pytorch.host_memory student > results/benchmark/vs_pytorch/host_memory_student.md
 """
 import json
 import os
@@ -13,7 +13,7 @@ import resource
 import sys
 import time
 
-from jaxcomm.harness import bench
+from experiments.benchmark import bench
 
 PAIRS = {"cnn": (("loop", "eager"), ("unrolled", "dispatch"), ("patches", "dispatch"), ("patches", "scan")),
          "student": (("vmap", "scan"), ("unrolled", "scan"), ("unrolled", "dispatch"))}
@@ -49,7 +49,7 @@ def main(workload: str) -> None:
     for r in range(ROUNDS):
         for backend, step_loop in PAIRS[workload]:
             for mode in ("release", "keep") if r % 2 == 0 else ("keep", "release"):
-                out = bench.in_fresh_process(__file__, workload, backend, step_loop,
+                out = bench.in_fresh_process(__spec__.name, workload, backend, step_loop,
                                              env={"JAXCOMM_HOST_MEMORY": mode, "JAXCOMM_AUTOTUNE": "0"})
                 assert out["mode"] == mode, out
                 rows.setdefault((backend, step_loop), {}).setdefault(mode, []).append(out)
@@ -57,7 +57,7 @@ def main(workload: str) -> None:
     import numpy as np
 
     print(f"# Host memory kept between calls (`jaxcomm.host_memory`), benchmark {workload}, {NODES[workload]} nodes\n")
-    command = "python results/benchmark/issue41/host_memory.py" + ("" if workload == "cnn" else f" {workload}")
+    command = "python -m experiments.benchmark.vs_pytorch.host_memory" + ("" if workload == "cnn" else f" {workload}")
     print(f"Command: `{command}`; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, jax {jax.__version__}, float32 matmul {bench.matmul_gflops():.0f} GFLOP/s. "
           f"Each cell: {ROUNDS} fresh processes, the modes alternating; node-steps/s over 4 s after a compiled "

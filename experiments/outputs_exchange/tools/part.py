@@ -2,7 +2,7 @@
 new folder whose config selects only those points, then resumed there (each run restores at its last step, no
 training), so the part gets its summary, table and plots. From the repository root:
 
-    python results/outputs_exchange/studies_5000/part.py NAME POINTS [SOURCE]
+    python -m experiments.outputs_exchange.tools.part NAME POINTS [SOURCE]
 
 POINTS: comma-separated, e.g. tau=1,tau=4. SOURCE: the long run's folder (default
 runs/outputs_exchange/studies_5000_10nodes; the frequency study's: runs/outputs_exchange/studies_5000_frequency).
@@ -19,9 +19,7 @@ SRC = pathlib.Path(sys.argv[3] if len(sys.argv) > 3 else "runs/outputs_exchange/
 out = pathlib.Path(f"runs/outputs_exchange/{name}")  # moved into results/outputs_exchange/studies_5000/ afterwards
 args = ["--preset", "cpu", "rows=10_nodes_no_sharing,10_nodes_true_labels", "time_budget_s=0", "study_steps=5000",
         "study_eval_every=500", f"study_points={points}"]
-sys.path.insert(0, "experiments")
-import outputs_exchange as ox  # noqa: E402
-
+from experiments import outputs_exchange as ox  # noqa: E402
 from jaxcomm.harness import cli  # noqa: E402
 
 config = cli.apply_overrides(ox.cpu_config(), args[2:])
@@ -39,8 +37,8 @@ for run, src in sources.items():
     for meta in sorted(src.glob("run_*/5000/meta/metadata")):
         seconds += json.loads(meta.read_text())["seconds"]
 state = {"preset": "cpu", "config": cli._plain(config), "git_commit": src_state["git_commit"],
-         "command": "python experiments/outputs_exchange.py " + " ".join(args) + f" --out {out}",
+         "command": "python -m experiments.outputs_exchange " + " ".join(args) + f" --out {out}",
          # the training seconds of the copied runs (their checkpoints' own), not the full run's wall clock
          "wall_seconds": seconds, "copied_from": str(SRC.parent), "copied_from_command": src_state["command"]}
 (out / "checkpoints" / "config.json").write_text(json.dumps(state, indent=1) + "\n")
-sys.exit(subprocess.call([sys.executable, "experiments/outputs_exchange.py", *args, "--out", str(out), "--resume"]))
+sys.exit(subprocess.call([sys.executable, "-m", "experiments.outputs_exchange", *args, "--out", str(out), "--resume"]))

@@ -1,24 +1,21 @@
 """Nodes held apart in the dispatched unrolled step (issue 41, a lever; population.Unstacked, driver.Layout).
 
-The chapter-2 benchmark CNN (`jaxcomm.harness.bench.model_and_data("cnn")`), N nodes, backend "unrolled", one jitted
+The chapter-2 benchmark CNN (`bench.model_and_data("cnn")`), N nodes, backend "unrolled", one jitted
 network step a call with its state donated: node states stacked (every step slices each node's parameters out of
 the stack, stacks the gradients back for one Adam pass over the stack, and copies the stacked parameters it
 updates in place) against node states apart (each node's step reads and updates its own buffers, as the driver now
 holds them within a chunk of dispatched steps). Both compiled in one process, timed in interleaved rounds (the
 best round of each). From the repository root:
 
-    python results/benchmark/issue41/nodes_apart.py 10 20 > results/benchmark/issue41/nodes_apart.md
+    python -m experiments.benchmark.vs_pytorch.nodes_apart 10 20 > results/benchmark/vs_pytorch/nodes_apart.md
 """
-import pathlib
 import sys
 
 import jax
 
+from experiments.benchmark import bench
+from experiments.benchmark.vs_pytorch.unrolled_update import cnn_network, first_call, interleaved, print_table
 from jaxcomm import population
-from jaxcomm.harness import bench
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from unrolled_update import cnn_network, first_call, interleaved, print_table  # noqa: E402
 
 
 def measure(num_nodes: int) -> dict:

@@ -1,12 +1,12 @@
 """The optimiser of an unrolled population, per node or once over the stack (issue 41, a lever; population.lift_train).
 
-The chapter-2 benchmark CNN (`jaxcomm.harness.bench.model_and_data("cnn")`), N nodes, backend "unrolled", one jitted
+The chapter-2 benchmark CNN (`bench.model_and_data("cnn")`), N nodes, backend "unrolled", one jitted
 network step a call with its state donated: the step as it was (each node's Adam in its own copy of the unrolled
 step: `population.lift` of the whole train step) against the step as the engine runs it now (gradients unrolled,
 Adam vmapped over the stacked nodes: `population.lift_train`), both compiled in one process and timed in
 interleaved rounds (the best round of each). From the repository root:
 
-    python results/benchmark/issue41/unrolled_update.py 10 20 > results/benchmark/issue41/unrolled_update.md
+    python -m experiments.benchmark.vs_pytorch.unrolled_update 10 20 > results/benchmark/vs_pytorch/unrolled_update.md
 """
 import platform
 import subprocess
@@ -15,8 +15,8 @@ import time
 
 import jax
 
+from experiments.benchmark import bench
 from jaxcomm import network, population
-from jaxcomm.harness import bench
 
 ROUNDS, CALLS = 5, 5
 

@@ -1,6 +1,6 @@
 """What JAX's persistent compilation cache saves a researcher who runs seeds one by one.
 
-    python results/benchmark/compile_cache/compile_cache.py > results/benchmark/compile_cache/compile_cache.md
+    python -m experiments.benchmark.probes.compile_cache > results/benchmark/compile_cache/compile_cache.md
 
 8 seeds of DiLoCo (H = 50) on 10 student-MLP nodes, 1,000 steps each, trained one by one with
 ``jaxcomm.methods.train`` in one process (the benchmark's method-sweep row, one-by-one arm), three ways, each in a
@@ -21,8 +21,8 @@ SEEDS = 8
 
 def arm() -> None:
     """One arm, in this process: the seeds one by one; prints the seconds as JSON."""
+    from experiments.benchmark import bench
     from jaxcomm import methods, network, zoo
-    from jaxcomm.harness import bench
 
     model, dataset = bench.model_and_data("student")
     method = zoo.parse("diloco:50")
@@ -34,9 +34,9 @@ def arm() -> None:
 
 
 def run_arm(env: dict) -> float:
-    from jaxcomm.harness import bench
+    from experiments.benchmark import bench
 
-    return bench.in_fresh_process(__file__, "--arm", env={"JAXCOMM_AUTOTUNE": "0", **env})["seconds"]
+    return bench.in_fresh_process(__spec__.name, "--arm", env={"JAXCOMM_AUTOTUNE": "0", **env})["seconds"]
 
 
 def main() -> None:

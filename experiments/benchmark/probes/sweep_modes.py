@@ -1,6 +1,6 @@
 """Which of a sweep's two modes is faster for each method the benchmark sweeps, on this CPU.
 
-    python results/benchmark/sweep_modes/sweep_modes.py > results/benchmark/sweep_modes/sweep_modes.md
+    python -m experiments.benchmark.probes.sweep_modes > results/benchmark/sweep_modes/sweep_modes.md
 
 8 seeds of each method of the benchmark's method-sweep rows (``METHOD_SWEEPS``: DiLoCo H = 50, synchronous SGD,
 codistillation K = 100) on 10 student-MLP nodes, 1,000 steps, evaluated every 250: one by one
@@ -24,8 +24,8 @@ ROUNDS = 2
 
 def arm(spec: str, mode: str) -> None:
     """One arm, in this process; prints its seconds and the runs' final node-average accuracies as JSON."""
+    from experiments.benchmark import bench
     from jaxcomm import methods, network, zoo
-    from jaxcomm.harness import bench
 
     model, dataset = bench.model_and_data("student")
     method = zoo.parse(spec)
@@ -40,9 +40,9 @@ def arm(spec: str, mode: str) -> None:
 
 
 def run_arm(spec: str, mode: str) -> dict:
-    from jaxcomm.harness import bench
+    from experiments.benchmark import bench
 
-    return bench.in_fresh_process(__file__, "--arm", spec, mode)
+    return bench.in_fresh_process(__spec__.name, "--arm", spec, mode)
 
 
 def main() -> None:

@@ -2,11 +2,11 @@
 its own study's reference): the same seeds draw the same shards, initialisations and message randomness in both.
 Holm-adjusted over the four accuracies of each comparison. From the repository root:
 
-    python results/outputs_exchange/studies_5000/compare_points.py A_SUMMARY A_LABEL B_SUMMARY B_LABEL
+    python -m experiments.outputs_exchange.tools.compare_points A_SUMMARY A_LABEL B_SUMMARY B_LABEL
 
 e.g. the 100-node ring (p = 5) against 100 fully connected nodes, both trained on one H200:
 
-    python results/outputs_exchange/studies_5000/compare_points.py \
+    python -m experiments.outputs_exchange.tools.compare_points \
         results/outputs_exchange/studies_5000/neighbours/ring_h200/summary.json N=100,p=5 \
         results/outputs_exchange/studies_5000/nodes/n100_h200/summary.json N=100
 """

@@ -3,7 +3,7 @@
 Each flag set runs in a child process of its own (XLA reads its flags once); the children run one after another
 in interleaved rounds, and each reports the best of its calls. From the repository root:
 
-    python results/benchmark/issue41/xla_cpu_flags.py > results/benchmark/issue41/xla_cpu_flags.md
+    python -m experiments.benchmark.vs_pytorch.xla_cpu_flags > results/benchmark/vs_pytorch/xla_cpu_flags.md
 
 Rows: the student MLP, 64 nodes (`vmap`, one jitted network step a call, donated), and the chapter-2 benchmark CNN,
 10 nodes (`unrolled`, likewise), both without messages (content "none"), batch 32.
@@ -28,8 +28,8 @@ def child() -> None:
     """Times each row's step in this process: ``{row: best ms}`` on stdout."""
     import jax
 
+    from experiments.benchmark import bench
     from jaxcomm import network
-    from jaxcomm.harness import bench
 
     out = {}
     for workload, (n, backend) in ROWS.items():
@@ -56,14 +56,14 @@ def child() -> None:
 def main() -> None:
     import jax
 
-    from jaxcomm.harness import bench
+    from experiments.benchmark import bench
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     ms: dict[str, list[dict]] = {name: [] for name in FLAG_SETS}
     for _ in range(ROUNDS):
         for name, flags in FLAG_SETS.items():
             xla_flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), flags) if f)
-            ms[name].append(bench.in_fresh_process(__file__, "--child", env={"XLA_FLAGS": xla_flags}))
+            ms[name].append(bench.in_fresh_process(__spec__.name, "--child", env={"XLA_FLAGS": xla_flags}))
     print(f"Commit `{commit}`, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax "
           f"{jax.__version__}; {ROUNDS} interleaved rounds of a child process per flag set, each the best of 3 calls "
           f"of {CALLS} steps.\n")

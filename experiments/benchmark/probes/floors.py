@@ -9,27 +9,26 @@ the first includes the compile, so a run's training is the median of the others'
 R x that training, is the speed-up a sweep would reach if it cost nothing but its runs' training. From the
 repository root:
 
-    python results/benchmark/method_sweeps/floors.py > results/benchmark/method_sweeps/floors.md
+    python -m experiments.benchmark.probes.floors > results/benchmark/method_sweeps/floors.md
 """
 import dataclasses
 import json
 import os
-import pathlib
 import platform
 import statistics
 
-from jaxcomm.harness import bench
+from experiments.benchmark import bench
 
 METHODS = ("sync", "diloco:50", "codistill:100")
 RUNS, NODES, STEPS, EVAL_EVERY = 8, 10, 1000, 250
-BENCHMARK = pathlib.Path(__file__).resolve().parents[3] / "experiments" / "benchmark.py"
+BENCHMARK = "experiments.benchmark"  # run as a module, from the repository root
 
 
 def main() -> None:
     import jax
 
     print("# Method sweeps: the training a sweep cannot share\n")
-    print(f"Command: `python results/benchmark/method_sweeps/floors.py`; {platform.machine()}, {os.cpu_count()} cores, "
+    print(f"Command: `python -m experiments.benchmark.probes.floors`; {platform.machine()}, {os.cpu_count()} cores, "
           f"jax {jax.__version__}, float32 matmul {bench.matmul_gflops():.0f} GFLOP/s, `JAXCOMM_AUTOTUNE=0`. {RUNS} "
           f"seeds of {NODES} student-MLP nodes, {STEPS:,} steps, evaluated every {EVAL_EVERY}; each arm in a fresh "
           "process.\n")

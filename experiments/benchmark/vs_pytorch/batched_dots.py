@@ -1,7 +1,7 @@
 """Issue 41 probe: the student row's forward + backward is its first layer's two batched GEMMs; how fast each library
 runs them on this CPU, against one large GEMM of the same FLOPs.
 
-    python results/benchmark/issue41/batched_dots.py     # needs the `peer` extra for the PyTorch lines
+    python -m experiments.benchmark.vs_pytorch.batched_dots     # needs the `peer` extra for the PyTorch lines
 
 64 nodes, B = 32, layer 784 -> 32 (the student MLP's first layer): forward x_n @ W_n and weight gradient
 x_n^T @ g_n, each 2 * 64 * 32 * 784 * 32 = 103 MFLOP. Best of 5 rounds of 50 calls, jitted (jax) or eager (torch, 2

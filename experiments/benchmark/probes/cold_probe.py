@@ -1,15 +1,15 @@
 """cnn_n1_b64's network (the benchmark's row: one CNN node, batch 64) built with backend and step loop "auto" from an
 empty cache in a fresh process, as the row's cold choice is; prints what auto chose and its cached timings.
 
-    python results/benchmark/cold_rounds/cold_probe.py
+    python -m experiments.benchmark.probes.cold_probe
 """
 import json
 import os
 import tempfile
 import time
 
+from experiments.benchmark import bench
 from jaxcomm import network, speed
-from jaxcomm.harness import bench
 
 cache = tempfile.mkdtemp()
 os.environ[speed.CACHE_ENV], os.environ[speed.AUTOTUNE_ENV] = cache, "1"

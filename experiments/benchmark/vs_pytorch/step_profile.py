@@ -2,7 +2,7 @@
 step (N nodes, backend "unrolled", one jitted step a call, donated; node states stacked or apart), each XLA op's
 time summed by kind over the executor's threads. From the repository root:
 
-    python results/benchmark/issue41/step_profile.py 10 stacked > results/benchmark/issue41/step_profile.md
+    python -m experiments.benchmark.vs_pytorch.step_profile 10 stacked > results/benchmark/vs_pytorch/step_profile.md
 
 Kinds: `ynn_fusion` (XLA:CPU's YNNPACK library calls: convolutions and dots), `convolution` (XLA's own Eigen
 convolutions: here the stride-2 convolutions' input gradients, dilated), and the loop fusions by the name XLA
@@ -12,7 +12,6 @@ independent ops on its threads at once, so the kinds add up to more than the wal
 """
 import collections
 import glob
-import pathlib
 import re
 import sys
 import tempfile
@@ -21,11 +20,9 @@ import time
 import jax
 from jax._src.lib import _profile_data
 
+from experiments.benchmark import bench
+from experiments.benchmark.vs_pytorch.unrolled_update import cnn_network
 from jaxcomm import population
-from jaxcomm.harness import bench
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from unrolled_update import cnn_network  # noqa: E402
 
 STEPS = 5
 

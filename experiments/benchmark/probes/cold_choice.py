@@ -1,6 +1,6 @@
 """Issue 40: the seconds a first run spends choosing its backend (an empty cache), and what it picks.
 
-    python results/benchmark/cold_choice/cold_choice.py > results/benchmark/cold_choice/cold_choice.md
+    python -m experiments.benchmark.probes.cold_choice > results/benchmark/cold_choice/cold_choice.md
 
 Three networks built with ``backend="auto"``: the benchmark's student_n64 and cnn_n10 rows (a 1,000-step run
 planned, as the benchmark's cold-choice column) and a user's residual CNN on the shipped MNIST sample (10 nodes,
@@ -20,8 +20,9 @@ import time
 import flax.linen as nn
 import jax.numpy as jnp
 
+from experiments.benchmark import bench
 from jaxcomm import data, network
-from jaxcomm.harness import bench, results
+from jaxcomm.harness import results
 
 
 class ResidualCNN(nn.Module):
