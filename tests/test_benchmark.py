@@ -336,6 +336,20 @@ def test_an_interrupted_benchmark_writes_what_it_measured_and_lists_the_rest(tmp
     assert "**Interrupted** before it ended; not run: student_n8, student_r4_n4." in (tmp_path / "table.md").read_text()
 
 
+def test_a_signal_before_the_suite_starts_is_held_and_still_writes_the_summary(tmp_path):
+    """SIGTERM while the benchmark still imports JAX (a stage's limit on a loaded machine): held from the entry
+    point's first line, it stops the suite as soon as the suite starts; nothing runs, the summary is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.benchmark", "--quick", "--only", "student_n8",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    time.sleep(0.5)  # past the interpreter's start (tens of ms), before the matmul rate's JAX import ends
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] and summary["not_run"] == ["student_n8"] and summary["rows"] == {}
+
+
 def test_a_method_sweep_arm_reports_the_ledgers_bytes_and_equals_one_by_one():
     row = bench.SweepRow("student", 2, 3, 6, 3, "diloco:2")
     together, one = bench.measure_sweep(row, "sweep"), bench.measure_sweep(row, "one_by_one")

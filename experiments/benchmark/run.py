@@ -339,9 +339,10 @@ def measure_peer(row: Row, timeout: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> int:
+def main(argv=None, held: list[int] | None = None) -> int:
     """The benchmark's command line (the package's docstring); the exit status: 0 done, 1 a row failed, 130
-    interrupted."""
+    interrupted. ``held``: the signals received before the suite's handlers were installed (``__main__`` holds
+    them from its first line; the list may still grow)."""
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["report"]:  # report [DIR]: redraw a run's table from its summary.json and notes.md
         from jaxcomm.harness import cli as harness_cli
@@ -358,7 +359,7 @@ def main(argv=None) -> int:
         chosen = selection(preset, args.only, sweeps=not args.no_sweeps, scale=args.scale)
     except KeyError as error:
         parser.error(error.args[0])
-    return _run_suite(args, preset, *chosen)
+    return _run_suite(args, preset, *chosen, held=[] if held is None else held)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -434,7 +435,8 @@ def _merge(args: argparse.Namespace) -> bool:
     return True
 
 
-def _run_suite(args: argparse.Namespace, preset: str, selected: list[Row], sweeps: list, scale: list) -> int:
+def _run_suite(args: argparse.Namespace, preset: str, selected: list[Row], sweeps: list, scale: list,
+               held: list[int]) -> int:
     """Measures the rows, sweeps and scale rows, each in a fresh process, then writes the summary and table (and
     with ``--write-choices`` the choices ``backend="auto"`` reads); the exit status."""
     from jaxcomm import speed
@@ -449,6 +451,9 @@ def _run_suite(args: argparse.Namespace, preset: str, selected: list[Row], sweep
     # Ctrl-C or SIGTERM (a time limit): the rows measured so far are written, the others listed as not run.
     with harness_cli.interrupts(signals):
         try:
+            if held:
+                signals.extend(held)
+                raise KeyboardInterrupt(f"signal {held[0]}")
             run_rows(selected, timeout, results)
             run_sweeps(sweeps, timeout, sweep_results, child=_child)
             run_scale(scale, timeout, args.memory_gib, child=_child, confirm=args.scale_confirm,
