@@ -515,6 +515,28 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
 
 
+class _Progress(NamedTuple):
+    """Where a :func:`train` run stands: what a checkpoint holds.
+
+    Attributes:
+      state: the system's state after ``done`` steps.
+      done: steps done.
+      records: records of the history that belong to it.
+      best: the tracker's :class:`Best`, or None.
+      reference: the mean loss magnitude at the run's first step (None before it).
+      seconds: seconds in training chunks.
+      finished: whether the tracker ended the run.
+    """
+
+    state: PyTree
+    done: int
+    records: int
+    best: Best | None
+    reference: float | None
+    seconds: float
+    finished: bool
+
+
 @interruptible
 def train(
     system: System,
@@ -579,117 +601,198 @@ def train(
         raise ValueError(f"step_loop must be one of {STEP_LOOPS}, got {system.step_loop!r}")
     state = system.init(key)
     best = start_best(tracker, state) if tracker is not None else None
-    history: list[dict] = []
-    done = resumed_from = 0
-    seconds, reference, finished = 0.0, None, False
-    template = (state, best.kept if best is not None else None)
-
+    initial, history, ended = _Progress(state, 0, 0, best, None, 0.0, False), [], False
     if checkpointer is not None and checkpointer.resume and checkpointer.latest_step() is not None:
-        done, (state, kept), saved = checkpointer.restore(template)
-        resumed_from = done
-        history.extend(saved["history"])
-        reference, seconds, finished = saved["reference"], saved["seconds"], saved["tracker_finished"]
-        if best is not None:
-            b = saved["best"]
-            best = Best(np.asarray(b["score"], np.float64), np.asarray(b["step"], np.int64),
-                        np.asarray(b["stop"], np.int64), kept)
-        if saved["finished"]:
-            return _result(history, state, done, seconds, resumed_from, best, "stopped" if finished else "complete")
-
+        initial, history, ended = _restore(checkpointer, state, best)
+    if ended:
+        return _result(history, initial.state, initial.done, initial.seconds, initial.done, initial.best,
+                       "stopped" if initial.finished else "complete")
     donate = donation(donate)
     if donate:
-        state = own_buffers(state)
+        initial = initial._replace(state=own_buffers(initial.state))
+    live, committed, interrupted = _run_chunks(
+        system, data, initial, history, donate=donate, num_steps=num_steps, eval_every=eval_every, tracker=tracker,
+        divergence=divergence, checkpointer=checkpointer, max_block_seconds=max_block_seconds, desc=desc,
+        progress=progress)
+    return _finish(checkpointer, history, live, committed, interrupted, initial.done, num_steps)
+
+
+def _restore(checkpointer: Checkpointer, state: PyTree, best: Best | None) -> tuple[_Progress, list[dict], bool]:
+    """``(progress, history, ended)`` of the run in ``checkpointer``'s latest checkpoint: where it stands, its
+    records so far, and whether it had ended. ``state`` and ``best`` (a fresh run's) are what it restores into."""
+    done, (state, kept), saved = checkpointer.restore((state, best.kept if best is not None else None))
+    if best is not None:
+        b = saved["best"]
+        best = Best(np.asarray(b["score"], np.float64), np.asarray(b["step"], np.int64),
+                    np.asarray(b["stop"], np.int64), kept)
+    progress = _Progress(state, done, len(saved["history"]), best, saved["reference"], saved["seconds"],
+                         saved["tracker_finished"])
+    return progress, list(saved["history"]), saved["finished"]
+
+
+def _keeper(donate: bool) -> Callable[[PyTree], PyTree]:
+    """How a run holds the state a stop falls back to, and the tracker's kept values (which may alias the state).
+
+    With donation the next chunk consumes the device state: they live on the host (a global array of several
+    processes has no host copy: a device copy there). Without, they are held as they are.
+    """
+    if not donate:
+        return _identity
+    return jax.device_get if jax.process_count() == 1 else own_buffers
+
+
+def _run_chunks(system: System, data: PyTree, initial: _Progress, history: list[dict], *, donate: bool,
+                num_steps: int, eval_every: int, tracker: Tracker | None, divergence: float | None,
+                checkpointer: Checkpointer | None, max_block_seconds: float, desc: str | None,
+                progress: bool) -> tuple[_Progress, _Progress, bool]:
+    """``(live, committed, interrupted)``: :func:`train`'s chunks from ``initial``, ``history`` extended in place.
+
+    ``live`` is where the run stands, ``committed`` what its last whole chunk left (what a checkpoint holds; its
+    state held by :func:`_keeper`). A loss out of bounds checkpoints ``committed`` and raises; a KeyboardInterrupt
+    (a signal at a check, a second one at once) ends the chunks with ``interrupted`` True.
+    """
     stopper = _StopOnSignal(jax.process_count())
     run = chunk_runner(system.step, system.summarize, system.step_loop, check=stopper.check, donate=donate,
                        layout=system.layout)
-    # With donation the next chunk consumes the device state: what a stop falls back to, and the tracker's
-    # kept values (which may alias the state), live on the host.
-    # (A global array of several processes has no host copy: a device copy there.)
-    keep = ((jax.device_get if jax.process_count() == 1 else own_buffers) if donate else (lambda tree: tree))
+    keep = _keeper(donate)
+    state, done, _, best, reference, seconds, finished = initial
     if best is not None:
         best = best._replace(kept=keep(best.kept))
     piece = eval_every  # steps per scan call; cut down if one call takes too long to honour a signal
     timed: set[int] = set()  # scan lengths already run (compiled)
+    # Processes must cut alike (each runs the same programs): across processes, never cut.
+    cut = system.step_loop == "scan" and stopper.processes == 1
     # What a checkpoint holds, taken together after each chunk: a signal between the updates of the state and
     # of the history never saves one without the other.
-    committed = (keep(state), done, len(history), best, reference, seconds, finished)
+    committed = _Progress(keep(state), done, len(history), best, reference, seconds, finished)
     last_saved, interrupted, start = done, False, time.perf_counter() - seconds
-
-    def save(complete: bool = False) -> None:
-        if checkpointer is None:
-            return
-        state_, done_, records, best_, reference_, seconds_, finished_ = committed
-        saved_best = None if best_ is None else {"score": best_.score.tolist(), "step": best_.step.tolist(),
-                                                 "stop": best_.stop.tolist()}
-        meta = {"history": history[:records], "best": saved_best, "reference": reference_, "seconds": seconds_,
-                "finished": complete, "tracker_finished": finished_}
-        checkpointer.save(done_, (state_, best_.kept if best_ is not None else None), _jsonable(meta))
-
     with stopper, tqdm(total=num_steps, initial=done, desc=desc, disable=not progress, leave=False) as bar:
         try:
             while done < num_steps and not finished:
                 stopper.check_together()
                 length = min(eval_every, num_steps - done)
-                new_state, parts, begun, remaining = state, [], time.perf_counter(), length
-                while remaining:
-                    stopper.check()
-                    size = min(piece, remaining)
-                    tick = time.perf_counter()
-                    new_state, infos = run(new_state, data, size)
-                    jax.block_until_ready(new_state)
-                    took = time.perf_counter() - tick
-                    compiled = size in timed  # the first call of a length is mostly compilation: not judged
-                    timed.add(size)
-                    # Processes must cut alike (each runs the same programs): across processes, never cut.
-                    if (system.step_loop == "scan" and size > 1 and compiled and took > max_block_seconds
-                            and stopper.processes == 1):
-                        piece = _pieces(eval_every, took / size, max_block_seconds)
-                    parts.append(infos)
-                    remaining -= size
-                infos = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(
-                    lambda *leaves: jnp.concatenate(leaves), *parts)
+                begun = time.perf_counter()
+                new_state, infos, piece = _run_chunk(run, state, data, length, piece, timed, check=stopper.check,
+                                                     cut=cut, eval_every=eval_every,
+                                                     max_block_seconds=max_block_seconds)
                 seconds += time.perf_counter() - begun
                 if system.losses is not None:
                     losses = to_host(system.losses(infos))  # gathers across processes too
-                    if reference is None:  # the untrained system's loss: a run can blow up within its first chunk
-                        reference = float(np.mean(np.abs(np.asarray(losses, np.float64)[0])))
-                    bound = np.inf if divergence is None or not np.isfinite(reference) else divergence * max(
-                        reference, 1e-12)
+                    reference, bound = _loss_bound(losses, reference, divergence)
                     bad = first_bad(losses, bound)
                     if bad is not None:
-                        save()
-                        where_ = str(checkpointer.directory) if checkpointer else None
-                        if np.isfinite(bad[2]):
-                            raise Diverged(done + bad[0], bad[1], bad[2], bound=bound, good_step=done, saved=where_)
-                        raise NonFiniteLoss(done + bad[0], bad[1], bad[2], good_step=done, saved=where_)
+                        _save(checkpointer, committed, history)
+                        raise _loss_stop(bad, bound, done, checkpointer)
                 record = {"step": done + length, **system.evaluate(new_state, infos, done + length)}
                 record["seconds"] = time.perf_counter() - start
-                new_best = best
-                if tracker is not None:
-                    new_best, finished = update_best(tracker, best, record, new_state, done + length)
-                    new_best = new_best._replace(kept=keep(new_best.kept))
+                new_best, finished = _track(tracker, keep, best, finished, record, new_state, done + length)
                 state, done, best = new_state, done + length, new_best
                 history.append(record)
                 curves.emit(desc, record)  # TensorBoard, inside a curves.tensorboard(...) only
-                committed = (keep(state), done, len(history), best, reference, seconds, finished)
-                if system.postfix is not None:  # before the update, which redraws: the bar shows this evaluation
-                    bar.set_postfix(system.postfix(record), refresh=False)
-                bar.update(length)
+                committed = _Progress(keep(state), done, len(history), best, reference, seconds, finished)
+                _advance(bar, system.postfix, record, length)
                 if checkpointer is not None and done - last_saved >= checkpointer.every and done < num_steps:
-                    save()
+                    _save(checkpointer, committed, history)
                     last_saved = done
         except KeyboardInterrupt:
             interrupted = True
+    return _Progress(state, done, len(history), best, reference, seconds, finished), committed, interrupted
+
+
+def _run_chunk(run: Callable, state: PyTree, data: PyTree, length: int, piece: int, timed: set[int], *,
+               check: Callable[[], None], cut: bool, eval_every: int,
+               max_block_seconds: float) -> tuple[PyTree, PyTree, int]:
+    """``(state, infos, piece)`` after ``length`` steps in calls of ``run`` of at most ``piece`` steps; ``infos``
+    has a leading ``[length]`` axis.
+
+    ``check()`` runs before every call; ``timed`` (updated in place) holds the call lengths already run. Where
+    ``cut``, a call that took longer than ``max_block_seconds`` cuts ``piece`` down to a divisor of ``eval_every``
+    (:func:`_pieces`), for this chunk's later calls and the next chunks.
+    """
+    parts, remaining = [], length
+    while remaining:
+        check()
+        size = min(piece, remaining)
+        tick = time.perf_counter()
+        state, infos = run(state, data, size)
+        jax.block_until_ready(state)
+        took = time.perf_counter() - tick
+        compiled = size in timed  # the first call of a length is mostly compilation: not judged
+        timed.add(size)
+        if cut and size > 1 and compiled and took > max_block_seconds:
+            piece = _pieces(eval_every, took / size, max_block_seconds)
+        parts.append(infos)
+        remaining -= size
+    infos = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *parts)
+    return state, infos, piece
+
+
+def _loss_bound(losses: np.ndarray, reference: float | None, divergence: float | None) -> tuple[float, float]:
+    """``(reference, bound)`` for a chunk's ``losses [L]`` or ``[L, N]``: the reference (the mean magnitude of the
+    first step's losses when there is none yet) and the magnitude past which a loss stops the run."""
+    if reference is None:  # the untrained system's loss: a run can blow up within its first chunk
+        reference = float(np.mean(np.abs(np.asarray(losses, np.float64)[0])))
+    bound = np.inf if divergence is None or not np.isfinite(reference) else divergence * max(reference, 1e-12)
+    return reference, bound
+
+
+def _loss_stop(bad: tuple[int, int | None, float], bound: float, done: int,
+               checkpointer: Checkpointer | None) -> LossStop:
+    """The error for :func:`first_bad`'s ``bad`` in the chunk that began after ``done`` steps (the state then is
+    the one ``checkpointer``, if any, holds)."""
+    where_ = str(checkpointer.directory) if checkpointer else None
+    if np.isfinite(bad[2]):
+        return Diverged(done + bad[0], bad[1], bad[2], bound=bound, good_step=done, saved=where_)
+    return NonFiniteLoss(done + bad[0], bad[1], bad[2], good_step=done, saved=where_)
+
+
+def _track(tracker: Tracker | None, keep: Callable[[PyTree], PyTree], best: Best | None, finished: bool,
+           record: dict, state: PyTree, steps_done: int) -> tuple[Best | None, bool]:
+    """``(best, finished)`` after an evaluation (:func:`update_best`, its kept values held by ``keep``); without a
+    tracker, as they were."""
+    if tracker is None:
+        return best, finished
+    best, finished = update_best(tracker, best, record, state, steps_done)
+    return best._replace(kept=keep(best.kept)), finished
+
+
+def _advance(bar: tqdm, postfix: Callable[[dict], dict] | None, record: dict, steps: int) -> None:
+    """Moves the progress bar on by ``steps``, with ``postfix(record)`` beside it."""
+    if postfix is not None:  # before the update, which redraws: the bar shows this evaluation
+        bar.set_postfix(postfix(record), refresh=False)
+    bar.update(steps)
+
+
+def _save(checkpointer: Checkpointer | None, committed: _Progress, history: list[dict], complete: bool = False) -> None:
+    """Checkpoints ``committed`` with its records of ``history`` (nothing without a checkpointer); ``complete``: the
+    run ended."""
+    if checkpointer is None:
+        return
+    best = committed.best
+    saved_best = None if best is None else {"score": best.score.tolist(), "step": best.step.tolist(),
+                                            "stop": best.stop.tolist()}
+    meta = {"history": history[:committed.records], "best": saved_best, "reference": committed.reference,
+            "seconds": committed.seconds, "finished": complete, "tracker_finished": committed.finished}
+    checkpointer.save(committed.done, (committed.state, best.kept if best is not None else None), _jsonable(meta))
+
+
+def _finish(checkpointer: Checkpointer | None, history: list[dict], live: _Progress, committed: _Progress,
+            interrupted: bool, resumed_from: int, num_steps: int) -> dict:
+    """:func:`train`'s result from what :func:`_run_chunks` returned, after the last checkpoint.
+
+    Raises:
+      Interrupted: a checkpointed run was interrupted (after saving).
+    """
     if checkpointer is not None:
-        save(complete=not interrupted)
+        _save(checkpointer, committed, history, complete=not interrupted)
         if interrupted:
-            raise Interrupted(done, str(checkpointer.directory))
+            raise Interrupted(live.done, str(checkpointer.directory))
     # A signal no check acted on (after the last one) is passed on by train's own guard (@interruptible), on
     # return: the run is complete and saved, the caller still hears of the signal.
-    status = "interrupted" if interrupted else "stopped" if finished and done < num_steps else "complete"
-    if interrupted:  # the state of the last whole chunk (a donated one was consumed by the chunk cut short)
-        state = committed[0]
-    return _result(history, state, done, seconds, resumed_from, best, status)
+    status = "interrupted" if interrupted else "stopped" if live.finished and live.done < num_steps else "complete"
+    # interrupted: the state of the last whole chunk (a donated one was consumed by the chunk cut short)
+    state = committed.state if interrupted else live.state
+    return _result(history, state, live.done, live.seconds, resumed_from, live.best, status)
 
 
 def first_reaching(history: list[dict], target: float, read: Callable[[dict], float]) -> dict | None:

@@ -735,6 +735,197 @@ def _member_init(hidden: tuple[int, ...], critic_hidden: int, length: int, num_p
     return init_member
 
 
+class _Parts(NamedTuple):
+    """The modules and optimisers every member of a population shares (fixed by the config and L)."""
+
+    gen: MessageGenerator
+    critic: Critic
+    optimizer: optax.GradientTransformation  # Adam of the generators and critics
+    probe_opt: optax.GradientTransformation  # Adam of the probe
+
+
+class _Batch(NamedTuple):
+    """One member's minibatch as its two agents see it, with the step's message noise."""
+
+    x_a: jax.Array  # [B, P] A's views
+    x_b: jax.Array  # [B, P] B's views
+    key_a: jax.Array  # A's Gumbel noise (or REINFORCE sample)
+    key_b: jax.Array  # B's
+    temp: jax.Array  # [] Gumbel-softmax temperature
+
+
+class _Sent(NamedTuple):
+    """Both agents' training messages (:func:`_training_messages`)."""
+
+    msg_a: jax.Array  # [B, L, V] A's message, as a target
+    log_a: jax.Array  # [B, L, V] A's log-prediction of a message
+    lp_a: jax.Array | None  # [B] log-probability of A's sampled message (REINFORCE only)
+    msg_b: jax.Array
+    log_b: jax.Array
+    lp_b: jax.Array | None
+
+
+def _bound_critic(critic: Critic, params: dict):
+    """``critic_apply(method, x, *s)`` of :func:`info_loss`, with the critic's ``params``."""
+    return lambda method, x, *s: critic.apply({"params": params}, x, *s, method=method)
+
+
+def _training_messages(logits_a: jax.Array, logits_b: jax.Array, key_a: jax.Array, key_b: jax.Array, temp,
+                       reinforce: bool) -> _Sent:
+    """Both agents' messages from their logits ``[B, L, V]``: relaxed Gumbel-softmax samples, or hard samples.
+
+    A hard sample's log is 0 or -inf, so under REINFORCE the log-prediction is ``log_softmax`` of the logits.
+    """
+    if reinforce:
+        msg_a, lp_a = sample_message(key_a, logits_a)
+        msg_b, lp_b = sample_message(key_b, logits_b)
+        return _Sent(msg_a, jax.nn.log_softmax(logits_a, -1), lp_a, msg_b, jax.nn.log_softmax(logits_b, -1), lp_b)
+    log_a = log_relaxed(logits_a, gumbel_noise(key_a, logits_a.shape), temp)
+    log_b = log_relaxed(logits_b, gumbel_noise(key_b, logits_b.shape), temp)
+    return _Sent(jnp.exp(log_a), log_a, None, jnp.exp(log_b), log_b, None)
+
+
+def _reinforce_cost(pos: jax.Array, neg: jax.Array, msg: jax.Array, log_receiver: jax.Array, to_sender, weight,
+                    normalisation: str) -> jax.Array:
+    """``[B]`` cost of each message a sender sampled: its share of its critic's GAN loss plus, where the level
+    feeds the likelihood back to the sender (``to_sender`` 1), the receiver's weighted cross-entropy on it."""
+    return info_cost_per_sample(pos, neg) + to_sender * weight * per_sample_cross_entropy(msg, log_receiver,
+                                                                                           normalisation)
+
+
+def _agents_loss(params: dict, parts: _Parts, config: AgentsConfig, batch: _Batch, lvl: Level):
+    """Both agents' MI losses, the level's likelihood terms and, under REINFORCE, the senders' surrogates.
+
+    Returns:
+      ``(total [], (info, features [B, hidden[-1]] of B))``; ``info`` holds the scalars a step records.
+    """
+    norm = "mean"  # over the heads; member_arrays scales the weights of "sum" members by L
+    reinforce = config.estimator == "reinforce"
+    logits_a, _ = parts.gen.apply({"params": params["gen_a"]}, batch.x_a)
+    logits_b, feat_b = parts.gen.apply({"params": params["gen_b"]}, batch.x_b)
+    sent = _training_messages(logits_a, logits_b, batch.key_a, batch.key_b, batch.temp, reinforce)
+    critic_a = _bound_critic(parts.critic, params["critic_a"])
+    critic_b = _bound_critic(parts.critic, params["critic_b"])
+    info_a, pos_a, neg_a = info_loss(config.critic, critic_a, batch.x_a, sent.msg_a)
+    info_b, pos_b, neg_b = info_loss(config.critic, critic_b, batch.x_b, sent.msg_b)
+    comm = communication_loss(lvl, sent.msg_a, sent.log_a, sent.msg_b, sent.log_b, norm)
+    total = info_a + info_b + comm
+    if reinforce:  # no gradient reaches a sender through its hard sample: it gets the score-function one
+        cost_a = _reinforce_cost(pos_a, neg_a, sent.msg_a, sent.log_b, lvl.ab_to_sender, lvl.weight_ab, norm)
+        cost_b = _reinforce_cost(pos_b, neg_b, sent.msg_b, sent.log_a, lvl.ba_to_sender, lvl.weight_ba, norm)
+        total = total + reinforce_surrogate(sent.lp_a, cost_a) + reinforce_surrogate(sent.lp_b, cost_b)
+    info = {"info_a": info_a, "info_b": info_b, "comm": comm, "disc_a": discriminator_accuracy(pos_a, neg_a)}
+    return total, (info, feat_b)
+
+
+def _agents_update(optimizer: optax.GradientTransformation, agents: Agents, grads: dict,
+                   frozen: jax.Array) -> tuple[dict, optax.OptState]:
+    """One Adam step of both generators and critics: ``(params, Adam state)``; ``frozen`` 1.0 keeps the params."""
+    updates, opt_state = optimizer.update(grads, agents.opt_state, agents.params)
+    updates = jax.tree_util.tree_map(lambda u: u * (1.0 - frozen), updates)
+    return optax.apply_updates(agents.params, updates), opt_state
+
+
+def _probe_loss(probe: dict, features: jax.Array, labels: jax.Array, idx: jax.Array) -> jax.Array:
+    """Cross-entropy of the linear probe on B's features ``[B, H]`` of the images ``idx [B]`` (labels ``[M]``).
+
+    The features are stopped: the probe measures them and must not shape them.
+    """
+    logits = jax.lax.stop_gradient(features) @ probe["kernel"] + probe["bias"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels[idx]).mean()
+
+
+def _probe_update(probe_opt: optax.GradientTransformation, agents: Agents, features: jax.Array, labels: jax.Array,
+                  idx: jax.Array, t, start) -> tuple[dict, optax.OptState, jax.Array]:
+    """One Adam step of the probe (:func:`_probe_loss`'s arguments) if step ``t`` is at least ``start``.
+
+    Returns:
+      ``(probe, its Adam state, loss [])``.
+    """
+    loss, grads = jax.value_and_grad(_probe_loss)(agents.probe, features, labels, idx)
+    updates, state = probe_opt.update(grads, agents.probe_opt, agents.probe)
+    # A delayed probe (and its Adam moments) stays at its initial value until its first step.
+    started = t >= start
+    probe, state = jax.tree_util.tree_map(lambda new, old: jnp.where(started, new, old),
+                                          (optax.apply_updates(agents.probe, updates), state),
+                                          (agents.probe, agents.probe_opt))
+    return probe, state, loss
+
+
+def _member_step(config: AgentsConfig, parts: _Parts, agents: Agents, arrays: MemberArrays, t,
+                 data: TrainData) -> tuple[Agents, dict]:
+    """One training step of one member (Algorithm 4) at step ``t`` ([] int32): ``(agents, info of scalars)``.
+
+    Its draws come from ``fold_in(arrays.key, t)`` alone, so a seed sees the same minibatches and noise at every
+    level and view.
+    """
+    k_batch, k_a, k_b = jax.random.split(jax.random.fold_in(arrays.key, t), 3)
+    idx = jax.random.randint(k_batch, (config.batch_size,), 0, data.labels.shape[0])
+    x = to_unit_float(data.images[idx]).reshape(config.batch_size, -1)
+    xa = apply_view(x, arrays.invert_a, arrays.keep_a)
+    xb = apply_view(x, arrays.invert_b, arrays.keep_b)
+    temp = jnp.where(arrays.tau_fixed > 0, arrays.tau_fixed,
+                     temperature(t, init=config.tau_init, decay=config.tau_decay, every=config.tau_every,
+                                 floor=config.tau_floor))
+    batch = _Batch(xa, xb, k_a, k_b, temp)
+    grads, (info, feat_b) = jax.grad(_agents_loss, has_aux=True)(agents.params, parts, config, batch, arrays.level)
+    params, opt_state = _agents_update(parts.optimizer, agents, grads, arrays.frozen)
+    probe, probe_state, probe_loss = _probe_update(parts.probe_opt, agents, feat_b, data.labels, idx, t,
+                                                   arrays.probe_start)
+    return Agents(params, opt_state, probe, probe_state), {**info, "probe": probe_loss}
+
+
+def _generate(gen: MessageGenerator, gen_params: dict, images: jax.Array, invert: jax.Array,
+              keep: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(logits [B, L, V], features [B, hidden[-1]])`` of one agent's view of uint8 ``images [B, H, W, 1]``."""
+    x = apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert, keep)
+    return gen.apply({"params": gen_params}, x)
+
+
+def _features_b(gen: MessageGenerator, gen_b: dict, images: jax.Array, invert_b: jax.Array,
+                keep_b: jax.Array) -> jax.Array:
+    """``[B, hidden[-1]]`` B's last hidden layer on its views of ``images``: what the probe reads."""
+    return _generate(gen, gen_b, images, invert_b, keep_b)[1]
+
+
+def _symbols(gen: MessageGenerator, params: dict, images: jax.Array, invert_a: jax.Array, keep_a: jax.Array,
+             invert_b: jax.Array, keep_b: jax.Array) -> dict:
+    """``{"a": [B, L], "b": [B, L]}``: each agent's argmax symbol of each head on its own views of ``images``."""
+    return {"a": jnp.argmax(_generate(gen, params["gen_a"], images, invert_a, keep_a)[0], -1),
+            "b": jnp.argmax(_generate(gen, params["gen_b"], images, invert_b, keep_b)[0], -1)}
+
+
+def _correct(gen: MessageGenerator, gen_b: dict, probe: dict, images: jax.Array, labels: jax.Array,
+             weight: jax.Array, invert_b: jax.Array, keep_b: jax.Array) -> jax.Array:
+    """``[]`` the probe's correct answers on B's views of ``images``, each weighted by ``weight [B]``."""
+    logits = _features_b(gen, gen_b, images, invert_b, keep_b) @ probe["kernel"] + probe["bias"]
+    return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
+
+
+def _diagnose(gen: MessageGenerator, critic: Critic, params: dict, images: jax.Array, invert_a: jax.Array,
+              keep_a: jax.Array, invert_b: jax.Array, keep_b: jax.Array) -> dict:
+    """Scalar diagnostics of one member's hard messages on ``images [B, H, W, 1]``.
+
+    Per agent, ``disc_*`` (its critic's accuracy), ``mi_bits_*`` (:func:`infonce_bits`) and ``distinct_*``
+    (:func:`distinct_fraction`); ``agreement`` of the two agents' messages.
+    """
+    x = to_unit_float(images).reshape(images.shape[0], -1)
+    out = {}
+    hard = {}
+    for agent, inv, keep in (("a", invert_a, keep_a), ("b", invert_b, keep_b)):
+        view = apply_view(x, inv, keep)
+        logits, _ = gen.apply({"params": params[f"gen_{agent}"]}, view)
+        msg = hard_message(logits)
+        scores = critic.apply({"params": params[f"critic_{agent}"]}, view, msg, method="pairs")
+        pos, neg = jnp.diagonal(scores), jnp.diagonal(jnp.roll(scores, -1, axis=1))
+        out[f"disc_{agent}"] = discriminator_accuracy(pos, neg)
+        out[f"mi_bits_{agent}"] = infonce_bits(scores)
+        out[f"distinct_{agent}"] = distinct_fraction(msg)
+        hard[agent] = msg
+    out["agreement"] = message_agreement(hard["a"], hard["b"])
+    return out
+
+
 def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes: int) -> AgentFunctions:
     """The pure functions of a population whose members all send messages of ``length`` symbols.
 
@@ -742,7 +933,7 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
     Gumbel-softmax messages (or hard samples under REINFORCE), each agent's MI loss with its
     critic, the level's likelihood terms, one Adam step on generators and critics (none
     for frozen members), one Adam step of the probe on B's stopped features. The step is
-    written for one member and lifted to S by :func:`jaxcomm.population.lift`.
+    written for one member (:func:`_member_step`) and lifted to S by :func:`jaxcomm.population.lift`.
 
     Args:
       config: the agents' config.
@@ -753,74 +944,12 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
     The cross-entropy is averaged over heads here; :func:`member_arrays` scales the weights
     of "sum" members by L.
     """
-    norm = "mean"
-    gen = MessageGenerator(hidden=config.hidden, length=length)
-    critic = Critic(hidden=config.critic_hidden)
-    optimizer = optax.adam(config.learning_rate)
-    probe_opt = optax.adam(config.probe_learning_rate)
-    tau = lambda t: temperature(t, init=config.tau_init, decay=config.tau_decay, every=config.tau_every,
-                                floor=config.tau_floor)
-    reinforce = config.estimator == "reinforce"
-
+    parts = _Parts(MessageGenerator(hidden=config.hidden, length=length), Critic(hidden=config.critic_hidden),
+                   optax.adam(config.learning_rate), optax.adam(config.probe_learning_rate))
+    gen = parts.gen
     init_member = _member_init(tuple(config.hidden), config.critic_hidden, length, num_pixels, num_classes)
-
-    def critic_fn(p):
-        return lambda method, x, *s: critic.apply({"params": p}, x, *s, method=method)
-
-    def member_step(agents: Agents, arrays: MemberArrays, t, data: TrainData):
-        k = jax.random.fold_in(arrays.key, t)
-        k_batch, k_a, k_b = jax.random.split(k, 3)
-        idx = jax.random.randint(k_batch, (config.batch_size,), 0, data.labels.shape[0])
-        x = to_unit_float(data.images[idx]).reshape(config.batch_size, -1)
-        xa = apply_view(x, arrays.invert_a, arrays.keep_a)
-        xb = apply_view(x, arrays.invert_b, arrays.keep_b)
-        temp = jnp.where(arrays.tau_fixed > 0, arrays.tau_fixed, tau(t))
-
-        def loss_fn(params):
-            logits_a, _ = gen.apply({"params": params["gen_a"]}, xa)
-            logits_b, feat_b = gen.apply({"params": params["gen_b"]}, xb)
-            if reinforce:
-                msg_a, lp_a = sample_message(k_a, logits_a)
-                msg_b, lp_b = sample_message(k_b, logits_b)
-                log_a, log_b = jax.nn.log_softmax(logits_a, -1), jax.nn.log_softmax(logits_b, -1)
-            else:
-                log_a = log_relaxed(logits_a, gumbel_noise(k_a, logits_a.shape), temp)
-                log_b = log_relaxed(logits_b, gumbel_noise(k_b, logits_b.shape), temp)
-                msg_a, msg_b = jnp.exp(log_a), jnp.exp(log_b)
-            info_a, pos_a, neg_a = info_loss(config.critic, critic_fn(params["critic_a"]), xa, msg_a)
-            info_b, pos_b, neg_b = info_loss(config.critic, critic_fn(params["critic_b"]), xb, msg_b)
-            comm = communication_loss(arrays.level, msg_a, log_a, msg_b, log_b, norm)
-            total = info_a + info_b + comm
-            if reinforce:  # the senders' gradients through their sampled messages
-                lv = arrays.level
-                cost_a = info_cost_per_sample(pos_a, neg_a) + lv.ab_to_sender * lv.weight_ab * \
-                    per_sample_cross_entropy(msg_a, log_b, norm)
-                cost_b = info_cost_per_sample(pos_b, neg_b) + lv.ba_to_sender * lv.weight_ba * \
-                    per_sample_cross_entropy(msg_b, log_a, norm)
-                total = total + reinforce_surrogate(lp_a, cost_a) + reinforce_surrogate(lp_b, cost_b)
-            info = {"info_a": info_a, "info_b": info_b, "comm": comm,
-                    "disc_a": discriminator_accuracy(pos_a, neg_a)}
-            return total, (info, feat_b)
-
-        grads, (info, feat_b) = jax.grad(loss_fn, has_aux=True)(agents.params)
-        updates, opt_state = optimizer.update(grads, agents.opt_state, agents.params)
-        updates = jax.tree_util.tree_map(lambda u: u * (1.0 - arrays.frozen), updates)
-        params = optax.apply_updates(agents.params, updates)
-
-        def probe_loss(probe):
-            logits = jax.lax.stop_gradient(feat_b) @ probe["kernel"] + probe["bias"]
-            return optax.softmax_cross_entropy_with_integer_labels(logits, data.labels[idx]).mean()
-
-        p_loss, p_grads = jax.value_and_grad(probe_loss)(agents.probe)
-        p_updates, p_state = probe_opt.update(p_grads, agents.probe_opt, agents.probe)
-        # A delayed probe (and its Adam moments) stays at its initial value until its first step.
-        started = t >= arrays.probe_start
-        probe, p_state = jax.tree_util.tree_map(lambda new, old: jnp.where(started, new, old),
-                                                (optax.apply_updates(agents.probe, p_updates), p_state),
-                                                (agents.probe, agents.probe_opt))
-        return Agents(params, opt_state, probe, p_state), {**info, "probe": p_loss}
-
-    lifted_step = population.lift(member_step, backend=config.backend, in_axes=(0, 0, None, None))
+    lifted_step = population.lift(functools.partial(_member_step, config, parts), backend=config.backend,
+                                  in_axes=(0, 0, None, None))
 
     def init(keys):
         # "loop": one compiled single-member init, shared by every population of the same architecture
@@ -833,50 +962,22 @@ def make_agents(config: AgentsConfig, length: int, num_pixels: int, num_classes:
         agents, info = lifted_step(state.agents, arrays, state.step, train)
         return AgentsState(agents, state.step + 1), info
 
-    def generate(gen_params, images, invert, keep):  # (logits, features) of one agent's view of the images
-        x = apply_view(to_unit_float(images).reshape(images.shape[0], -1), invert, keep)
-        return gen.apply({"params": gen_params}, x)
-
-    def features_b(gen_b, images, invert_b, keep_b):
-        return generate(gen_b, images, invert_b, keep_b)[1]
-
-    def symbols_member(params, images, invert_a, keep_a, invert_b, keep_b):
-        return {"a": jnp.argmax(generate(params["gen_a"], images, invert_a, keep_a)[0], -1),
-                "b": jnp.argmax(generate(params["gen_b"], images, invert_b, keep_b)[0], -1)}
-
-    def correct(gen_b, probe, images, labels, weight, invert_b, keep_b):
-        logits = features_b(gen_b, images, invert_b, keep_b) @ probe["kernel"] + probe["bias"]
-        return jnp.sum((jnp.argmax(logits, -1) == labels) * weight)
-
-    lifted_features = population.lift(features_b, backend=config.backend, in_axes=(0, None, 0, 0))
+    lifted_features = population.lift(functools.partial(_features_b, gen), backend=config.backend,
+                                      in_axes=(0, None, 0, 0))
     features = jax.jit(lambda gen_b, images, arrays: lifted_features(gen_b, images, arrays.invert_b, arrays.keep_b))
-    lifted_symbols = population.lift(symbols_member, backend=config.backend, in_axes=(0, None, 0, 0, 0, 0))
+    lifted_symbols = population.lift(functools.partial(_symbols, gen), backend=config.backend,
+                                     in_axes=(0, None, 0, 0, 0, 0))
     symbols = jax.jit(lambda params, images, arrays: lifted_symbols(params, images, arrays.invert_a, arrays.keep_a,
                                                                     arrays.invert_b, arrays.keep_b))
 
-    lifted_correct = population.lift(correct, backend=config.backend, in_axes=(0, 0, None, None, None, 0, 0))
+    lifted_correct = population.lift(functools.partial(_correct, gen), backend=config.backend,
+                                     in_axes=(0, 0, None, None, None, 0, 0))
     evaluate = jax.jit(lambda gen_b, probe, images, labels, weight, arrays: lifted_correct(
         gen_b, probe, images, labels, weight, arrays.invert_b, arrays.keep_b))
 
-    def diagnose_member(params, images, invert_a, keep_a, invert_b, keep_b):
-        x = to_unit_float(images).reshape(images.shape[0], -1)
-        out = {}
-        hard = {}
-        for agent, inv, keep in (("a", invert_a, keep_a), ("b", invert_b, keep_b)):
-            view = apply_view(x, inv, keep)
-            logits, _ = gen.apply({"params": params[f"gen_{agent}"]}, view)
-            msg = hard_message(logits)
-            scores = critic.apply({"params": params[f"critic_{agent}"]}, view, msg, method="pairs")
-            pos, neg = jnp.diagonal(scores), jnp.diagonal(jnp.roll(scores, -1, axis=1))
-            out[f"disc_{agent}"] = discriminator_accuracy(pos, neg)
-            out[f"mi_bits_{agent}"] = infonce_bits(scores)
-            out[f"distinct_{agent}"] = distinct_fraction(msg)
-            hard[agent] = msg
-        out["agreement"] = message_agreement(hard["a"], hard["b"])
-        return out
-
     # lax.map over members: the [B, B, hidden] pair activations of every member at once would not fit.
-    lifted_diag = population.lift(diagnose_member, backend="map", in_axes=(0, None, 0, 0, 0, 0), map_batch_size=4)
+    lifted_diag = population.lift(functools.partial(_diagnose, gen, parts.critic), backend="map",
+                                  in_axes=(0, None, 0, 0, 0, 0), map_batch_size=4)
     diagnose = jax.jit(lambda params, images, arrays: lifted_diag(params, images, arrays.invert_a, arrays.keep_a,
                                                                   arrays.invert_b, arrays.keep_b))
     return AgentFunctions(init, step, evaluate, diagnose, features, symbols)
@@ -935,6 +1036,57 @@ def refit_probes(fns: AgentFunctions, gen_b, dataset: ImageDataset, arrays: Memb
             "best_epoch": np.asarray(probes.best_epoch), "converged": gain < 0.2}
 
 
+def _evaluate_agents(fns: AgentFunctions, validation: ImageSplit, diag_images: jax.Array, arrays: MemberArrays,
+                     state: AgentsState, infos: dict, steps_done: int) -> dict:
+    """The driver's evaluation record: per member, the probe's validation accuracy, the diagnostics on
+    ``diag_images`` and the chunk's mean training losses (``infos`` leaves ``[steps, S]``), as lists over S."""
+    agents = state.agents
+    val = probe_accuracy(fns, agents.params["gen_b"], agents.probe, validation, arrays)
+    diagnostics = fns.diagnose(agents.params, diag_images, arrays)
+    return {"val_accuracy": val.tolist(),
+            "diagnostics": {k: np.asarray(v).tolist() for k, v in diagnostics.items()},
+            "train": {k: np.asarray(v).mean(0).tolist() for k, v in infos.items()}}
+
+
+def _member_curve(history: list[dict], i: int) -> dict:
+    """Member ``i``'s curve from the driver's history: ``steps``, ``val_accuracy``, the diagnostics and the
+    training losses ``train_*``, one rounded value per evaluation."""
+    curve = {"steps": [r["step"] for r in history],
+             "val_accuracy": [round(float(r["val_accuracy"][i]), 3) for r in history]}
+    for key in history[0]["diagnostics"] if history else ():
+        curve[key] = [round(float(r["diagnostics"][key][i]), 4) for r in history]
+    for key in history[0]["train"] if history else ():
+        curve[f"train_{key}"] = [round(float(r["train"][key][i]), 5) for r in history]
+    return curve
+
+
+def _collapse(curve: dict) -> dict:
+    """A member's ``collapsed`` (:func:`detect_collapse` on its last diagnostics) and ``collapsed_steps`` (the
+    evaluations :func:`collapse_over_run` flags); with no evaluation, not collapsed."""
+    final = {k: v[-1] for k, v in curve.items() if k not in ("steps", "val_accuracy") and v}
+    collapsed = bool(detect_collapse(0.5 * (final.get("disc_a", 1.0) + final.get("disc_b", 1.0)),
+                                     final.get("agreement", 0.0))) if final else False
+    flags = collapse_over_run(curve) if final else []
+    return {"collapsed": collapsed,
+            "collapsed_steps": [step for step, flag in zip(curve["steps"], flags, strict=True) if flag]}
+
+
+def _member_results(members: Sequence[Member], length: int, history: list[dict], best: driver.Best,
+                    test: np.ndarray, refitted: dict | None) -> list[dict]:
+    """:func:`train_agents`' dict per member: its fields, ``length``, its curve (:func:`_member_curve`), ``best_val``,
+    ``best_step``, ``test_accuracy`` (``test [S]``, at the best validation step), :func:`_collapse`'s entries and,
+    with ``refitted`` (:func:`refit_probes`), ``refit_*``."""
+    out = []
+    for i, m in enumerate(members):
+        curve = _member_curve(history, i)
+        member = {**m._asdict(), "length": length, **curve, "best_val": float(best.score[i]),
+                  "best_step": int(best.step[i]), "test_accuracy": float(test[i]), **_collapse(curve)}
+        if refitted is not None:
+            member.update({f"refit_{k}": v[i].item() for k, v in refitted.items()})
+        out.append(member)
+    return out
+
+
 @driver.interruptible
 def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: ImageDataset, *, length: int,
                  num_steps: int, progress: bool = True, desc: str | None = None,
@@ -987,14 +1139,7 @@ def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: Image
     def init(key):  # key = PRNGKey(config.seed): member s starts from fold_in(seed_key(s), 0) at every level
         return fns.init(jnp.stack([jax.random.fold_in(jax.random.fold_in(key, m.seed), 0) for m in members]))
 
-    def evaluate(state: AgentsState, infos, steps_done):
-        agents = state.agents
-        val = probe_accuracy(fns, agents.params["gen_b"], agents.probe, dataset.validation, arrays)
-        diagnostics = fns.diagnose(agents.params, diag_images, arrays)
-        return {"val_accuracy": val.tolist(),
-                "diagnostics": {k: np.asarray(v).tolist() for k, v in diagnostics.items()},
-                "train": {k: np.asarray(v).mean(0).tolist() for k, v in infos.items()}}
-
+    evaluate = functools.partial(_evaluate_agents, fns, dataset.validation, diag_images, arrays)
     # The stops watch the probe's cross-entropy [steps, S] (positive, log C at the start): a probe
     # loss 100x its first value means diverged features. The MI and likelihood losses are left out.
     system = driver.System(init, fns.step, evaluate, losses=lambda infos: infos["probe"],
@@ -1006,31 +1151,14 @@ def train_agents(config: AgentsConfig, members: Sequence[Member], dataset: Image
                           key=jax.random.PRNGKey(config.seed), tracker=tracker, progress=progress, desc=desc,
                           checkpointer=checkpointer)
     seconds = time.perf_counter() - start
-    best, history = result["best"], result["history"]
+    best = result["best"]
     test = probe_accuracy(fns, *best.kept, dataset.test, arrays)
     final_params = result["state"].agents.params
     refitted = None
     if refit is not None and not result["interrupted"]:
         refitted = refit_probes(fns, final_params["gen_b"], dataset, arrays, refit,
                                 jax.random.fold_in(jax.random.PRNGKey(config.seed), 7))
-    out = []
-    for i, m in enumerate(members):
-        curve = {"steps": [r["step"] for r in history],
-                 "val_accuracy": [round(float(r["val_accuracy"][i]), 3) for r in history]}
-        for key in history[0]["diagnostics"] if history else ():
-            curve[key] = [round(float(r["diagnostics"][key][i]), 4) for r in history]
-        for key in history[0]["train"] if history else ():
-            curve[f"train_{key}"] = [round(float(r["train"][key][i]), 5) for r in history]
-        final = {k: v[-1] for k, v in curve.items() if k not in ("steps", "val_accuracy") and v}
-        collapsed = bool(detect_collapse(0.5 * (final.get("disc_a", 1.0) + final.get("disc_b", 1.0)),
-                                         final.get("agreement", 0.0))) if final else False
-        flags = collapse_over_run(curve) if final else []
-        member = {**m._asdict(), "length": length, **curve, "best_val": float(best.score[i]),
-                  "best_step": int(best.step[i]), "test_accuracy": float(test[i]), "collapsed": collapsed,
-                  "collapsed_steps": [step for step, flag in zip(curve["steps"], flags, strict=True) if flag]}
-        if refitted is not None:
-            member.update({f"refit_{k}": v[i].item() for k, v in refitted.items()})
-        out.append(member)
+    out = _member_results(members, length, result["history"], best, test, refitted)
     return {"members": out, "seconds": seconds, "train_seconds": result["train_seconds"],
             "steps_done": result["steps_done"], "status": result["status"], "interrupted": result["interrupted"],
             "final_params": final_params, "arrays": arrays, "functions": fns}

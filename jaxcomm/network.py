@@ -529,6 +529,232 @@ def gossip(every: int) -> Callable[[jax.Array, jax.Array, population.NodeState],
     return mix
 
 
+def _check_network(config: NetworkConfig, model: nn.Module | NodeProgram, exchange: Any, own_pace: Any) -> None:
+    """Raises unless :func:`make_network` can build ``model`` nodes sending what ``exchange`` (resolved) says
+    under ``config``, at their own pace where ``own_pace`` asks."""
+    if not isinstance(exchange, exchanges.Exchange):
+        raise TypeError(f"exchange must be a jaxcomm.exchange.Exchange, got {type(exchange).__name__}")
+    if own_pace and config.gossip_every:
+        raise ValueError("gossip_every: gossip averaging inside output sharing runs in lockstep only (at its own pace "
+                         "each node would average at its own steps; not built yet): set gossip_every=0")
+    if isinstance(model, NodeProgram) and config.compute_dtype != "float32":
+        raise ValueError(f"compute_dtype={config.compute_dtype!r} applies to Flax classifiers; a NodeProgram "
+                         "sets its own precision (wrap its model's apply in jaxcomm.network.in_dtype)")
+
+
+def _program_maker(config: NetworkConfig, model: nn.Module | NodeProgram, *, image_shape: tuple[int, ...],
+                   num_classes: int, exchange: exchanges.Exchange | None) -> Callable[[Settings], NodeProgram]:
+    """``program_for(tuned) -> NodeProgram``: ``model``'s node program under a run's :class:`Settings`, traced
+    inside the step so that one compile serves a sweep. ``exchange`` None: the config's named content."""
+
+    def program_for(tuned: Settings) -> NodeProgram:
+        if isinstance(model, NodeProgram):
+            return model
+        # By name, classifier_program builds the config's content at the run's (traced) temperature.
+        return classifier_program(config, model, image_shape=image_shape, num_classes=num_classes,
+                                  exchange=exchange, tuned=tuned)
+
+    return program_for
+
+
+def _choose_backend(config: NetworkConfig, program: NodeProgram, *, image_shape: tuple[int, ...],
+                    num_classes: int) -> tuple[str, str, str]:
+    """``(backend, step_loop, family)`` of :func:`jaxcomm.classifier.choose_backend`, timed on one node's train
+    arguments: images ``[B, H, W, C]``, local targets ``[B, C]``, payload ``[B, D]``, consumed ``[]``, key."""
+    b = config.batch_size
+    node_args = classifier.node_args(b, image_shape, num_classes,
+                                     jax.ShapeDtypeStruct((b, program.payload_dim), jnp.float32),
+                                     jax.ShapeDtypeStruct((), bool))
+    return classifier.choose_backend(config, program.train, program.init, node_args, family=program.family)
+
+
+def _node_steps(program: NodeProgram, program_for: Callable[[Settings], NodeProgram], *, failing: bool, backend: str,
+                own_pace: Any, num_nodes: int) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    """``(node_step, held_step)``: ``program``'s train step lifted to N nodes, ``node_step(tuned, nodes, images
+    [N, B, H, W, C], local_targets [N, B, C], payload [N, B, D], consumed [N], keys [N][, alive [N]])`` (``alive``
+    where nodes fail: a failed node keeps its parameters and optimiser state); ``held_step(due [N], ...)``, the
+    same for a run at its own pace (the nodes not due hold), None in lockstep."""
+
+    def node_train(tuned: Settings, node, *args):
+        if not failing:
+            return program_for(tuned).train(node, *args)
+        *args, alive = args
+        new, aux = program_for(tuned).train(node, *args)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(alive, a, b), new, node), aux
+
+    # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
+    in_axes = (None, 0, 0, 0, 0, 0, 0) + ((0,) if failing else ())
+    if isinstance(program.train, population.TrainStep):  # in halves: "unrolled" updates the stack at once
+        whole = _SettingsTrain(program_for, failing)
+        node_step = population.lift_train(whole, backend=backend, in_axes=in_axes)
+    else:  # a program's own step, in one piece
+        whole = node_train
+        node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
+    if not own_pace:
+        return node_step, None
+    # The nodes not due are not computed where the lift allows.
+    return node_step, population.lift_held(whole, backend=backend, in_axes=in_axes, held=1, lifted=node_step,
+                                           capacity=pace.own_pace_of(own_pace).capacity_for(num_nodes))
+
+
+def _delivery(config: NetworkConfig, graph: Graph, cluster: Any, message_bytes: int,
+              own_pace: Any) -> tuple[np.ndarray, jax.Array | None, Any]:
+    """``(delays [N, N] int32, link_seconds [N, N] float32, bottleneck)`` of messages on ``cluster``, from the
+    out-degrees of the run's graph at step 0. In lockstep, ``delays`` are the receiver steps a message spends in
+    flight (:func:`jaxcomm.clock.delivery_steps`; no link seconds or bottleneck). At its own pace nothing waits
+    in flight (delays 0): a message is read once it has arrived, timed on the host's timeline by the link's
+    seconds (:func:`jaxcomm.clock.delivery_seconds`) and the cluster's shared bottleneck, if any."""
+    n = config.num_nodes
+    first = kit.first_graph(config, graph)
+    everyone = np.ones_like(first) & ~np.eye(n, dtype=bool)
+    if not own_pace:
+        return clock.delivery_steps(cluster, everyone, message_bytes, copies=first.sum(1)), None, None
+    link_seconds = jnp.asarray(clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1)),
+                               jnp.float32)
+    return np.zeros((n, n), np.int32), link_seconds, cluster.bottleneck
+
+
+def _metered(exchange: exchanges.Exchange) -> bool:
+    """Whether every message copy's payload is booked at the size of what it carries (``content_bytes``)."""
+    return exchange.sends and exchange.content_bytes is not None
+
+
+def _make_init(config: NetworkConfig, program_init: Callable[[jax.Array], population.NodeState],
+               graph_fn: topology.GraphFn, exchange: exchanges.Exchange, *, backend: str, payload_dim: int,
+               delays: np.ndarray | None, own_pace: Any, bottleneck: Any) -> Callable[[jax.Array], NetworkState]:
+    """``init(key) -> NetworkState``: N fresh nodes, all up, on the graph at step 0; empty inboxes of K messages
+    ``[B]`` indices and ``[B, D]`` payloads where messages are sent, nothing in flight where ``delays`` are given,
+    and zeroed counters (per tick ``[T]`` where a ``bottleneck`` is shared)."""
+    n, b = config.num_nodes, config.batch_size
+
+    def init(key: jax.Array) -> NetworkState:
+        keys = streams.init_keys(key)
+        nodes = population.init_population(program_init, keys.nodes, n, backend=backend)
+        box = inbox.init(n, config.inbox_capacity, b, payload_dim) if exchange.sends else None
+        everyone = jnp.ones((n,), bool)
+        return NetworkState(nodes, box, jnp.asarray(graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool),
+                            jnp.zeros((), jnp.int32), keys.run, keys.graph, everyone, everyone,
+                            jnp.zeros((), jnp.int32),
+                            None if delays is None else inbox.transit_init(delays, b, payload_dim,
+                                                                           timed=bool(own_pace)),
+                            jnp.zeros((), jnp.int32) if _metered(exchange) else None, None,
+                            None if bottleneck is None else jnp.zeros((config.num_steps,), jnp.int32))
+
+    return init
+
+
+def _arrived(state: NetworkState, first: inbox.Message, link_seconds: jax.Array, bottleneck: Any,
+             message_bytes: int) -> jax.Array:
+    """``[N] bool``: whether each node's oldest message ``first`` arrived before the node's step began, at its own
+    pace: the sender's step end plus the link's seconds ``[N, N]``, and on a shared bottleneck its latency and the
+    time the copies sent at that tick took to share its bandwidth."""
+    mine = jnp.arange(first.sender.shape[0])
+    arrival = state.pace.end[first.sent_step, first.sender] + link_seconds[first.sender, mine]
+    if bottleneck is not None:
+        arrival = arrival + bottleneck.latency + (
+            state.copies_per_tick[first.sent_step] * message_bytes / bottleneck.bandwidth)
+    return arrival <= state.pace.start[state.step, mine]
+
+
+def _aged(transit: inbox.Transit, state: NetworkState, message: inbox.Message, got: jax.Array) -> inbox.Transit:
+    """``transit`` with the ages of the messages just popped (``got [N]``) added: in ticks, and at its own pace
+    also in seconds (the sender's step end to the receiver's step start) and in the receiver's own steps."""
+    transit = transit._replace(age=transit.age + jnp.where(got, state.step - message.sent_step, 0))
+    if state.pace is None:
+        return transit
+    rows, sent, mine = state.pace, message.sent_step, jnp.arange(got.shape[0])
+    seconds = rows.start[state.step, mine] - rows.end[sent, message.sender]
+    steps = rows.steps[state.step, mine] - rows.steps[sent, mine]  # 1: sent during my step before
+    return transit._replace(age_seconds=transit.age_seconds + jnp.where(got, seconds, 0.0),
+                            age_steps=transit.age_steps + jnp.where(got, steps, 0))
+
+
+def _receive(state: NetworkState, box: inbox.InboxState, want: jax.Array, local: jax.Array, *,
+             link_seconds: jax.Array | None, bottleneck: Any, message_bytes: int) -> tuple:
+    """``(box, transit, indices [N, B], payload [N, B, D], got [N], source [N])``: the nodes of ``want [N]`` pop
+    their oldest message (at their own pace, only one that has arrived); the others keep their local minibatch
+    ``local [N, B]`` (source -1)."""
+    ready = None
+    if state.pace is not None and link_seconds is not None:
+        ready = _arrived(state, inbox.oldest(box), link_seconds, bottleneck, message_bytes)
+    box, message, got = inbox.pop(box, want, ready)
+    indices = jnp.where(got[:, None], message.indices, local)
+    transit = None if state.transit is None else _aged(state.transit, state, message, got)
+    return box, transit, indices, message.payload, got, jnp.where(got, message.sender, -1)
+
+
+def _make_step(config: NetworkConfig, exchange: exchanges.Exchange, graph_fn: topology.GraphFn, *, dynamic: bool,
+               num_classes: int, payload_dim: int, failures: Callable[..., Any] | None,
+               node_step: Callable[..., Any], held_step: Callable[..., Any] | None, delays: np.ndarray | None,
+               link_seconds: jax.Array | None, bottleneck: Any,
+               message_bytes: int) -> Callable[[NetworkState, NetworkData], tuple[NetworkState, StepInfo]]:
+    """``step(state, data) -> (state, StepInfo)``: one step of Algorithm 2 for the N nodes (draws, failures,
+    pop, train ``[N, B]`` minibatches, gossip, push), a node not due at its own pace holding."""
+    n, b, sends = config.num_nodes, config.batch_size, exchange.sends
+    mix = gossip(config.gossip_every) if config.gossip_every else None
+    by_content = _metered(exchange)
+    lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
+
+    def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
+        tuned = data.settings
+        keys = streams.step_keys(state.key, failures=failures is not None, augment=config.augment)
+        want = jax.random.bernoulli(keys.consume, tuned.consume_prob, (n,))
+        broadcast = jax.random.bernoulli(keys.broadcast, tuned.broadcast_prob, (n,))
+        up, alive, box = state.up, state.alive, state.inbox
+        if failures is not None:
+            up, alive = failures(state.up, state.step, keys.failures, tuned)
+            want, broadcast = want & alive, broadcast & alive
+            if lose_inbox:
+                box = inbox.clear(box, state.alive & ~alive)
+        due = None if state.pace is None else state.pace.due[state.step]  # at its own pace: the nodes whose step ends
+        if due is not None:
+            want, broadcast = want & due, broadcast & due
+        local = classifier.local_batches(keys.sample, data, b)  # [N, B]
+        local_targets = jax.nn.one_hot(data.labels[local], num_classes)
+        got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
+        payload = jnp.zeros((n, b, payload_dim), jnp.float32)
+        indices, transit = local, state.transit
+        if sends:
+            box, transit, indices, payload, got, source = _receive(
+                state, box, want & (tuned.consume_prob > 0), local, link_seconds=link_seconds, bottleneck=bottleneck,
+                message_bytes=message_bytes)
+        images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
+        node_args = (tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
+                     *((alive,) if failures is not None else ()))
+        nodes, (loss, outgoing) = population.state_and_aux(
+            node_step(*node_args) if due is None else held_step(due, *node_args))  # not due: held, loss 0
+        param_copies = state.param_copies
+        if mix is not None:
+            live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
+            nodes = mix(state.step, live, nodes)
+            param_copies = param_copies + jnp.where(gossip_due(state.step, config.gossip_every),
+                                                    jnp.sum(live, dtype=jnp.int32), 0)
+        adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
+        if not config.rebroadcast:
+            broadcast = broadcast & ~got
+        payload_sent, copies_per_tick = state.payload_sent, state.copies_per_tick
+        if sends:
+            sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
+                                 jnp.full((n,), state.step, jnp.int32))
+            receivers = adj & alive[None, :] if failures is not None else adj
+            copies = broadcast[:, None] & receivers  # [N, N] sender to receiver
+            if by_content:  # every copy's payload at the size of what it carries
+                sizes = jnp.round(jax.vmap(exchange.content_bytes)(outgoing)).astype(jnp.int32)  # [N] whole bytes
+                payload_sent = payload_sent + jnp.sum(jnp.sum(copies, axis=1, dtype=jnp.int32) * sizes)
+            if transit is None:
+                box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
+            else:
+                box, transit = inbox.send(box, transit, sent, copies, state.step, delays, overflow=config.overflow)
+            if copies_per_tick is not None:  # on a shared bottleneck these copies share its bandwidth
+                copies_per_tick = copies_per_tick.at[state.step].set(jnp.sum(copies, dtype=jnp.int32))
+        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=keys.next, up=up,
+                                   alive=alive, param_copies=param_copies, transit=transit,
+                                   payload_sent=payload_sent, copies_per_tick=copies_per_tick)
+        return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
+
+    return step
+
+
 def make_network(
     config: NetworkConfig,
     model: nn.Module | NodeProgram,
@@ -570,166 +796,30 @@ def make_network(
         float32 with a :class:`NodeProgram`.
     """
     config.check_devices()
-    n, b = config.num_nodes, config.batch_size
     by_name = exchange is None
     exchange = exchange or exchanges.named(config.content, temperature=config.temperature)
-    if not isinstance(exchange, exchanges.Exchange):
-        raise TypeError(f"exchange must be a jaxcomm.exchange.Exchange, got {type(exchange).__name__}")
-    if own_pace and config.gossip_every:
-        raise ValueError("gossip_every: gossip averaging inside output sharing runs in lockstep only (at its own pace "
-                         "each node would average at its own steps; not built yet): set gossip_every=0")
-    if isinstance(model, NodeProgram) and config.compute_dtype != "float32":
-        raise ValueError(f"compute_dtype={config.compute_dtype!r} applies to Flax classifiers; a NodeProgram "
-                         "sets its own precision (wrap its model's apply in jaxcomm.network.in_dtype)")
-
-    def program_for(tuned: Settings) -> NodeProgram:
-        """The node program with a run's settings (traced inside the step, so one compile serves a sweep)."""
-        if isinstance(model, NodeProgram):
-            return model
-        # By name, classifier_program builds the config's content at the run's (traced) temperature.
-        return classifier_program(config, model, image_shape=image_shape, num_classes=num_classes,
-                                  exchange=None if by_name else exchange, tuned=tuned)
-
+    _check_network(config, model, exchange, own_pace)
+    program_for = _program_maker(config, model, image_shape=image_shape, num_classes=num_classes,
+                                 exchange=None if by_name else exchange)
     program = program_for(settings(config))
-    payload_dim, sends = program.payload_dim, exchange.sends
+    payload_dim = program.payload_dim
     graph_fn, dynamic = graph_of(config, graph)
-    # one node's train arguments: images, local targets, payload, consumed, key
-    node_args = classifier.node_args(b, image_shape, num_classes, jax.ShapeDtypeStruct((b, payload_dim), jnp.float32),
-                                     jax.ShapeDtypeStruct((), bool))
-    backend, step_loop, family = classifier.choose_backend(config, program.train, program.init, node_args,
-                                                           family=program.family)
+    backend, step_loop, family = _choose_backend(config, program, image_shape=image_shape, num_classes=num_classes)
     predict = population.lift(program.predict, backend=backend, in_axes=(0, None))
     predict = predict if step_loop == "eager" else jax.jit(predict)
-
     failures = failure_process(config) if config.has_failures else None
-
-    def node_train(tuned: Settings, node, *args):
-        if failures is None:
-            return program_for(tuned).train(node, *args)
-        *args, alive = args  # a failed node keeps its parameters and optimiser state
-        new, aux = program_for(tuned).train(node, *args)
-        return jax.tree_util.tree_map(lambda a, b: jnp.where(alive, a, b), new, node), aux
-
-    # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
-    in_axes = (None, 0, 0, 0, 0, 0, 0) + ((0,) if failures is not None else ())
-    if isinstance(program.train, population.TrainStep):  # in halves: "unrolled" updates the stack at once
-        node_step = population.lift_train(_SettingsTrain(program_for, failures is not None), backend=backend,
-                                          in_axes=in_axes)
-    else:  # a program's own step, in one piece
-        node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
-    held_step = None
-    if own_pace:  # only the nodes due step; the others hold, not computed where the lift allows
-        whole = (_SettingsTrain(program_for, failures is not None)
-                 if isinstance(program.train, population.TrainStep) else node_train)
-        held_step = population.lift_held(whole, backend=backend, in_axes=in_axes, held=1, lifted=node_step,
-                                         capacity=pace.own_pace_of(own_pace).capacity_for(n))
-    mix = gossip(config.gossip_every) if config.gossip_every else None
-    by_content = sends and exchange.content_bytes is not None
-    lose_inbox = sends and failures is not None and config.inbox_on_failure == "lose"
+    node_step, held_step = _node_steps(program, program_for, failing=failures is not None, backend=backend,
+                                       own_pace=own_pace, num_nodes=config.num_nodes)
     sample_bytes = int(np.prod(image_shape))
-    message_bytes = exchanges.message_bytes(exchange, b, payload_dim, sample_bytes=sample_bytes,
+    message_bytes = exchanges.message_bytes(exchange, config.batch_size, payload_dim, sample_bytes=sample_bytes,
                                             data_model=config.data_model)
-    delays, link_seconds, bottleneck = None, None, None
-    if cluster is not None and sends:
-        first = kit.first_graph(config, graph)  # the run's own graph at step 0
-        everyone = np.ones_like(first) & ~np.eye(n, dtype=bool)
-        if own_pace:  # a message is read once it has arrived, timed on the host's timeline (no ticks in flight)
-            link_seconds = jnp.asarray(clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1)),
-                                       jnp.float32)
-            delays = np.zeros((n, n), np.int32)
-            bottleneck = cluster.bottleneck
-        else:
-            delays = clock.delivery_steps(cluster, everyone, message_bytes, copies=first.sum(1))
-
-    def init(key: jax.Array) -> NetworkState:
-        keys = streams.init_keys(key)
-        nodes = population.init_population(program.init, keys.nodes, n, backend=backend)
-        box = inbox.init(n, config.inbox_capacity, b, payload_dim) if sends else None
-        everyone = jnp.ones((n,), bool)
-        return NetworkState(nodes, box, jnp.asarray(graph_fn(keys.graph, jnp.zeros((), jnp.int32)), bool),
-                            jnp.zeros((), jnp.int32), keys.run, keys.graph, everyone, everyone,
-                            jnp.zeros((), jnp.int32),
-                            None if delays is None else inbox.transit_init(delays, b, payload_dim,
-                                                                           timed=bool(own_pace)),
-                            jnp.zeros((), jnp.int32) if by_content else None, None,
-                            None if bottleneck is None else jnp.zeros((config.num_steps,), jnp.int32))
-
-    def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
-        tuned = data.settings
-        keys = streams.step_keys(state.key, failures=failures is not None, augment=config.augment)
-        want = jax.random.bernoulli(keys.consume, tuned.consume_prob, (n,))
-        broadcast = jax.random.bernoulli(keys.broadcast, tuned.broadcast_prob, (n,))
-        up, alive, box = state.up, state.alive, state.inbox
-        if failures is not None:
-            up, alive = failures(state.up, state.step, keys.failures, tuned)
-            want, broadcast = want & alive, broadcast & alive
-            if lose_inbox:
-                box = inbox.clear(box, state.alive & ~alive)
-        due = None if state.pace is None else state.pace.due[state.step]  # at its own pace: the nodes whose step ends
-        if due is not None:
-            want, broadcast = want & due, broadcast & due
-        local = classifier.local_batches(keys.sample, data, b)  # [N, B]
-        local_targets = jax.nn.one_hot(data.labels[local], num_classes)
-        got, source = jnp.zeros((n,), bool), jnp.full((n,), -1, jnp.int32)
-        payload = jnp.zeros((n, b, payload_dim), jnp.float32)
-        indices, transit = local, state.transit
-        if sends:
-            ready = None
-            if due is not None and link_seconds is not None:  # the oldest message arrived before the step began
-                first, mine = inbox.oldest(box), jnp.arange(n)
-                arrival = state.pace.end[first.sent_step, first.sender] + link_seconds[first.sender, mine]
-                if bottleneck is not None:  # the copies sent at that tick shared the bottleneck's bandwidth
-                    arrival = arrival + bottleneck.latency + (
-                        state.copies_per_tick[first.sent_step] * message_bytes / bottleneck.bandwidth)
-                ready = arrival <= state.pace.start[state.step, mine]
-            box, message, got = inbox.pop(box, want & (tuned.consume_prob > 0), ready)
-            indices = jnp.where(got[:, None], message.indices, local)
-            payload, source = message.payload, jnp.where(got, message.sender, -1)
-            if transit is not None:
-                transit = transit._replace(age=transit.age + jnp.where(got, state.step - message.sent_step, 0))
-            if transit is not None and state.pace is not None:  # ages in seconds and in the receiver's steps
-                rows, sent, mine = state.pace, message.sent_step, jnp.arange(n)
-                seconds = rows.start[state.step, mine] - rows.end[sent, message.sender]  # its end to my step's start
-                steps = rows.steps[state.step, mine] - rows.steps[sent, mine]  # 1: sent during my step before
-                transit = transit._replace(age_seconds=transit.age_seconds + jnp.where(got, seconds, 0.0),
-                                           age_steps=transit.age_steps + jnp.where(got, steps, 0))
-        images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
-        node_args = (tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
-                     *((alive,) if failures is not None else ()))
-        nodes, (loss, outgoing) = population.state_and_aux(
-            node_step(*node_args) if due is None else held_step(due, *node_args))  # not due: held, loss 0
-        param_copies = state.param_copies
-        if mix is not None:
-            live = state.adj & alive[:, None] & alive[None, :] if failures is not None else state.adj
-            nodes = mix(state.step, live, nodes)
-            param_copies = param_copies + jnp.where(gossip_due(state.step, config.gossip_every),
-                                                    jnp.sum(live, dtype=jnp.int32), 0)
-        adj = jnp.asarray(graph_fn(state.graph_key, state.step), bool) if dynamic else state.adj
-        if not config.rebroadcast:
-            broadcast = broadcast & ~got
-        payload_sent = state.payload_sent
-        if sends:
-            sent = inbox.Message(indices, outgoing, jnp.arange(n, dtype=jnp.int32),
-                                 jnp.full((n,), state.step, jnp.int32))
-            receivers = adj & alive[None, :] if failures is not None else adj
-            if by_content:  # every copy's payload at the size of what it carries
-                copies = jnp.sum(broadcast[:, None] & receivers, axis=1, dtype=jnp.int32)  # [N]
-                sizes = jnp.round(jax.vmap(exchange.content_bytes)(outgoing)).astype(jnp.int32)  # [N] whole bytes
-                payload_sent = payload_sent + jnp.sum(copies * sizes)
-            if transit is None:
-                box = inbox.push(box, sent, broadcast, receivers, overflow=config.overflow)
-            else:
-                box, transit = inbox.send(box, transit, sent, broadcast[:, None] & receivers, state.step, delays,
-                                          overflow=config.overflow)
-        copies_per_tick = state.copies_per_tick
-        if copies_per_tick is not None:
-            copies_per_tick = copies_per_tick.at[state.step].set(
-                jnp.sum(broadcast[:, None] & receivers, dtype=jnp.int32))
-        new_state = state._replace(nodes=nodes, inbox=box, adj=adj, step=state.step + 1, key=keys.next, up=up,
-                                   alive=alive, param_copies=param_copies, transit=transit,
-                                   payload_sent=payload_sent, copies_per_tick=copies_per_tick)
-        return new_state, StepInfo(loss, got, broadcast & sends, indices, source, alive)
-
+    delays, link_seconds, bottleneck = (_delivery(config, graph, cluster, message_bytes, own_pace)
+                                        if cluster is not None and exchange.sends else (None, None, None))
+    init = _make_init(config, program.init, graph_fn, exchange, backend=backend, payload_dim=payload_dim,
+                      delays=delays, own_pace=own_pace, bottleneck=bottleneck)
+    step = _make_step(config, exchange, graph_fn, dynamic=dynamic, num_classes=num_classes, payload_dim=payload_dim,
+                      failures=failures, node_step=node_step, held_step=held_step, delays=delays,
+                      link_seconds=link_seconds, bottleneck=bottleneck, message_bytes=message_bytes)
     abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only
     return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange, message_bytes, family,
                    program.divergence, sample_bytes, bandwidth.num_params((abstract.params, abstract.model_state)),

@@ -246,6 +246,83 @@ class _Availability:
         return None
 
 
+class _Nodes:
+    """N nodes' event-ordered state: each one's step in progress, its counts, and the round it reports to."""
+
+    def __init__(self, cluster: clock.Cluster, n: int, seed: int, num_ticks: int):
+        self.durations = _Durations(cluster.compute, n, seed, block=num_ticks + 16)
+        self.off = _Availability(cluster.availability, n, seed)
+        self.ready = np.zeros(n)  # the end of each node's step in progress (inf: waiting for its round)
+        self.began = np.zeros(n)  # its start
+        self.steps = np.zeros(n, int)
+        self.last_end, self.last_start = np.zeros(n), np.zeros(n)
+        self.round_start = np.zeros(n)  # when each node started its current round (its copy of the global model)
+        self.rounds_done = np.zeros(n, int)  # rounds closed when it started it
+        self.reported = np.zeros(n, bool)
+        self.pending = np.zeros(n)  # seconds of steps not yet merged
+        self.useful, self.lost, self.closed = 0.0, 0.0, 0
+        self.staleness: list[tuple[int, float, int]] = []
+        for i in range(n):
+            self.start(i, 0.0)
+
+    def start(self, i: int, at: float) -> None:
+        """Node i starts a step at ``at``, retried after every off window it meets (the time until it, lost)."""
+        while True:
+            d = self.durations.next(i)
+            window = self.off.first_off(i, at, at + d)
+            if window is None:
+                self.began[i], self.ready[i] = at, at + d
+                return
+            self.lost += max(0.0, window[0] - at)
+            at = window[1]
+
+    def take(self, resolution: float, waits: Waits) -> tuple[np.ndarray, float]:
+        """Ends the steps due next (within ``resolution`` of the first); the due mask [N] and the tick's time.
+        A node whose round's last step this was reports and waits; the others start their next step."""
+        active = np.isfinite(self.ready)
+        if not active.any():
+            raise RuntimeError("every node waits and no round can close: a quorum larger than the nodes?")
+        due = active & (self.ready <= self.ready[active].min() + resolution)
+        time = float(self.ready[due].max())
+        self.steps[due] += 1
+        self.last_end[due], self.last_start[due] = self.ready[due], self.began[due]
+        for i in np.flatnonzero(due):
+            seconds = self.ready[i] - self.began[i]
+            if not waits.every:
+                self.useful += seconds
+                self.start(i, self.last_end[i])
+                continue
+            self.pending[i] += seconds
+            if self.steps[i] % waits.every == 0:  # its round's last step: it reports and waits
+                self.reported[i], self.ready[i] = True, math.inf
+            else:
+                self.start(i, self.last_end[i])
+        return due, time
+
+    def close(self, t: int, waits: Waits, quorum: int, round_seconds: float) -> tuple[np.ndarray, float] | None:
+        """Closes the round at tick t if it can (a quorum reported and no step ends before it stops taking
+        reports): its members [N] and the merge's time, its members restarted; None if it stays open."""
+        if not waits.every or self.reported.sum() < quorum:
+            return None
+        reports = np.sort(self.last_end[self.reported])
+        cutoff = reports[-1] if self.reported.all() else reports[quorum - 1] + waits.grace
+        running = np.isfinite(self.ready)
+        if (self.ready[running].min() if running.any() else math.inf) <= cutoff:
+            return None
+        close = cutoff + round_seconds  # the merge, after the round's transfer
+        members = self.reported.copy()
+        self.staleness.append((t, float(np.max(close - self.round_start[members])),
+                               int(np.max(self.closed - self.rounds_done[members]))))
+        self.closed += 1
+        self.useful += self.pending[members].sum()
+        self.pending[members] = 0.0
+        for i in np.flatnonzero(members):
+            self.round_start[i], self.rounds_done[i] = close, self.closed
+            self.start(i, close)
+        self.reported[:] = False
+        return members, close
+
+
 def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int = 0, waits: Waits = NOTHING,
              resolution: float = 0.0, round_seconds: float = 0.0) -> Timeline:
     """The first ``num_ticks`` ticks of N nodes on ``cluster`` (event-ordered, see the module's docstring).
@@ -263,91 +340,23 @@ def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: in
     waits.check(n)
     require(is_int(num_ticks) and num_ticks >= 0, "num_ticks", "an integer >= 0", num_ticks)
     require(is_real(resolution) and resolution >= 0, "resolution", "a number >= 0", resolution)
-    durations = _Durations(cluster.compute, n, seed, block=num_ticks + 16)
-    off = _Availability(cluster.availability, n, seed)
-    quorum = waits.quorum or n
-
-    ready = np.zeros(n)  # the end of each node's step in progress (inf: waiting for its round)
-    began = np.zeros(n)  # its start
-    lost = 0.0
-
-    def start(i: int, at: float) -> None:  # node i starts a step at `at`, retried after every off window it meets
-        nonlocal lost
-        while True:
-            d = durations.next(i)
-            window = off.first_off(i, at, at + d)
-            if window is None:
-                began[i], ready[i] = at, at + d
-                return
-            lost += max(0.0, window[0] - at)
-            at = window[1]
-
-    for i in range(n):
-        start(i, 0.0)
-    steps = np.zeros(n, int)
-    last_end, last_start = np.zeros(n), np.zeros(n)
-    round_start = np.zeros(n)  # when each node started its current round (its copy of the global model)
-    rounds_done = np.zeros(n, int)  # rounds closed when it started it
-    reported = np.zeros(n, bool)
-    pending = np.zeros(n)  # seconds of steps not yet merged
-    useful = 0.0
-    closed = 0
+    nodes, quorum = _Nodes(cluster, n, seed, num_ticks), waits.quorum or n
     out = {name: [] for name in ("time", "due", "closes", "members", "steps", "node_time", "node_start", "useful",
                                  "lost")}
-    staleness = []
     for t in range(num_ticks):
-        active = np.isfinite(ready)
-        if not active.any():
-            raise RuntimeError("every node waits and no round can close: a quorum larger than the nodes?")
-        now = ready[active].min()
-        due = active & (ready <= now + resolution)
-        time = float(ready[due].max())
-        steps[due] += 1
-        last_end[due], last_start[due] = ready[due], began[due]
-        members = np.zeros(n, bool)
-        closes = False
-        for i in np.flatnonzero(due):
-            seconds = ready[i] - began[i]
-            if not waits.every:
-                useful += seconds
-                start(i, last_end[i])
-                continue
-            pending[i] += seconds
-            if steps[i] % waits.every == 0:  # its round's last step: it reports and waits
-                reported[i], ready[i] = True, math.inf
-            else:
-                start(i, last_end[i])
-        if waits.every and reported.sum() >= quorum:
-            reports = np.sort(last_end[reported])
-            cutoff = reports[-1] if reported.all() else reports[quorum - 1] + waits.grace
-            following = ready[np.isfinite(ready)].min() if np.isfinite(ready).any() else math.inf
-            if following > cutoff:  # no step ends before the round stops taking reports (always so once all did)
-                close = cutoff + round_seconds  # the merge, after the round's transfer
-                closes, members = True, reported.copy()
-                time = max(time, close)
-                staleness.append((t, float(np.max(close - round_start[members])),
-                                  int(np.max(closed - rounds_done[members]))))
-                closed += 1
-                useful += pending[members].sum()
-                pending[members] = 0.0
-                for i in np.flatnonzero(members):
-                    round_start[i], rounds_done[i] = close, closed
-                    start(i, close)
-                reported[:] = False
-        out["time"].append(time)
-        out["due"].append(due)
-        out["closes"].append(closes)
-        out["members"].append(members)
-        out["steps"].append(steps.copy())
-        out["node_time"].append(last_end.copy())
-        out["node_start"].append(last_start.copy())
-        out["useful"].append(useful)
-        out["lost"].append(lost)
+        due, time = nodes.take(resolution, waits)
+        closed = nodes.close(t, waits, quorum, round_seconds)
+        members = np.zeros(n, bool) if closed is None else closed[0]
+        time = time if closed is None else max(time, closed[1])
+        for name, value in (("time", time), ("due", due), ("closes", closed is not None), ("members", members),
+                            ("steps", nodes.steps.copy()), ("node_time", nodes.last_end.copy()),
+                            ("node_start", nodes.last_start.copy()), ("useful", nodes.useful), ("lost", nodes.lost)):
+            out[name].append(value)
     arrays = {k: np.asarray(v) for k, v in out.items()}
     if num_ticks == 0:
         arrays |= {"due": np.zeros((0, n), bool), "members": np.zeros((0, n), bool), "steps": np.zeros((0, n), int),
                    "node_time": np.zeros((0, n)), "node_start": np.zeros((0, n))}
-    return Timeline(**arrays, staleness=staleness, resolution=float(resolution))
+    return Timeline(**arrays, staleness=nodes.staleness, resolution=float(resolution))
 
 
 def lockstep(num_nodes: int, num_ticks: int, waits: Waits = NOTHING) -> Rows:

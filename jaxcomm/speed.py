@@ -223,14 +223,7 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         :data:`MIN_TIMED_SECONDS` (at most :data:`MAX_TIMED_STEPS` steps).
     """
     state_shape = jax.eval_shape(init, jax.random.PRNGKey(0))
-    # the model's structure: every operation and its output shapes, not its constants (a learning rate)
-    structure = [(e.primitive.name, [(v.aval.shape, str(v.aval.dtype)) for v in e.outvars if hasattr(v.aval, "shape")])
-                 for e in _walk(jax.make_jaxpr(train)(state_shape, *node_args).jaxpr)]
-    digest = hashlib.sha256(repr(structure).encode()).hexdigest()[:20]
-    device = jax.devices()[0]
-    key = (f"{device.platform}|{device.device_kind}|{jax.device_count()}|jax {jax.__version__}|{digest}|N={num_nodes}"
-           f"|timer {TIMER_VERSION}")
-
+    key = _timer_key(train, state_shape, node_args, num_nodes)
     dispatched: dict[str, float] = {}  # seconds per dispatched step, by backend
 
     def seconds_per_step(backend: str, step_loop: str, limit: float = np.inf) -> float:
@@ -238,66 +231,95 @@ def step_timer(train: Callable, init: Callable, num_nodes: int, node_args: Seque
         lifted = population.lift_train(train, backend=backend)  # as the engine lifts it
         args = [jnp.zeros((num_nodes, *a.shape), a.dtype) for a in node_args]
         step = lambda nodes: population.state_and_aux(lifted(nodes, *args))[0]  # noqa: E731
-        # donated, as the driver runs every step and chunk (the pair timed is the pair trained); compiled ahead of
-        # the first call, which is then timed: a slow pair costs its compile and one step
-        def runner(length: int, nodes):
-            if step_loop == "scan":
-                return jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
-                                                          length=length)[0], donate_argnums=0).lower(nodes).compile()
-
-            def run(nodes):
-                for _ in range(length):
-                    nodes = jax.block_until_ready(call(nodes))
-                return nodes
-
-            return run
-
-        def timed(run, nodes, length: int) -> tuple[float, Any]:
-            best = np.inf
-            for _ in range(2):
-                start = time.perf_counter()
-                nodes = jax.block_until_ready(run(nodes))
-                best = min(best, time.perf_counter() - start)
-                # a second call only where it could change the choice: a short call is noisy, a long one near
-                # the best so far (within SLOWER either way) may yet beat it or lose to it, and the first pair's
-                # has no best to be read against: its first call, a fresh program's first run (its memory
-                # faulted in afresh: a 1-node CNN's dispatched step took 131 ms, then 72-84), must not be the
-                # figure later pairs are read against
-                if best >= MIN_TIMED_SECONDS and np.isfinite(limit) and not limit / SLOWER**2 < best / length <= limit:
-                    break
-            return best / length, nodes
-
-        # Fast steps are timed in calls of about MIN_TIMED_SECONDS, so a call's overhead weighs on each step about
-        # as little as in training (where a scan runs a whole chunk). A scan's length is set from the same
-        # backend's dispatched step when that was timed first (:func:`measured_choice` times those first): a scan
-        # of another length would compile again.
-        def fits(seconds: float) -> int:  # steps of a call of about MIN_TIMED_SECONDS; a scan of one step, XLA
-            # may compile as straight-line code (no loop), so 2 at least
-            return min(MAX_TIMED_STEPS, max(2, int(np.ceil(MIN_TIMED_SECONDS / max(seconds, 1e-9)))))
-
+        # A scan's length is set from the same backend's dispatched step when that was timed first
+        # (:func:`measured_choice` times those first): a scan of another length would compile again.
         known = dispatched.get(backend)
-        length = (fits(known) if known is not None else steps) if step_loop == "scan" else 1
-        nodes = _timing_population(init, state_shape, num_nodes, backend)
-        if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
-            nodes, call = population.unstack(nodes), step
-            # compiles the "loop" lift's per-node program on one node's state (one node-step, not N)
-            jax.block_until_ready(step(population.unstack(_timing_population(init, state_shape, 1, backend))))
-        elif step_loop == "dispatch":  # one compile serves dispatched runs of every length
-            if population.held_apart(backend, step_loop):  # as the driver holds them through a chunk
-                nodes = population.unstack(nodes)
-            call = jax.jit(step, donate_argnums=0).lower(nodes).compile()
-        run = runner(length, nodes)
-        per_step, nodes = timed(run, nodes, length)
+        length = (_timed_steps(known) if known is not None else steps) if step_loop == "scan" else 1
+        nodes, call = _timing_nodes(step, init, state_shape, num_nodes, backend, step_loop)
+        per_step, nodes = _measure(_timing_run(step_loop, step, call, length, nodes), nodes, length, limit)
         fast = per_step < min(MIN_TIMED_SECONDS, limit)  # slow steps are timed well enough by one-step calls
-        if fast and fits(per_step) > length and (step_loop != "scan" or known is None):
-            length = fits(per_step)
-            run = runner(length, nodes)  # a dispatched run, too, must take the steps its time is divided by
-            per_step, nodes = timed(run, nodes, length)
+        if fast and _timed_steps(per_step) > length and (step_loop != "scan" or known is None):
+            length = _timed_steps(per_step)
+            # a dispatched run, too, must take the steps its time is divided by
+            per_step, nodes = _measure(_timing_run(step_loop, step, call, length, nodes), nodes, length, limit)
         if step_loop == "dispatch":
             dispatched[backend] = per_step
         return per_step
 
     return Timer(key, seconds_per_step, num_nodes)
+
+
+def _timer_key(train: Callable, state_shape: Any, node_args: Sequence[jax.ShapeDtypeStruct], num_nodes: int) -> str:
+    """The cache key of a :class:`Timer`: the device, JAX's version, the structure of one node's ``train``, N and
+    :data:`TIMER_VERSION`."""
+    # the model's structure: every operation and its output shapes, not its constants (a learning rate)
+    structure = [(e.primitive.name, [(v.aval.shape, str(v.aval.dtype)) for v in e.outvars if hasattr(v.aval, "shape")])
+                 for e in _walk(jax.make_jaxpr(train)(state_shape, *node_args).jaxpr)]
+    digest = hashlib.sha256(repr(structure).encode()).hexdigest()[:20]
+    device = jax.devices()[0]
+    return (f"{device.platform}|{device.device_kind}|{jax.device_count()}|jax {jax.__version__}|{digest}|N={num_nodes}"
+            f"|timer {TIMER_VERSION}")
+
+
+def _timed_steps(seconds: float) -> int:
+    """Steps of a timed call of about :data:`MIN_TIMED_SECONDS` at ``seconds`` per step, 2 to :data:`MAX_TIMED_STEPS`.
+
+    Fast steps are timed in such calls, so that a call's overhead weighs on each step about as little as in training
+    (where a scan runs a whole chunk). At least 2: a scan of one step, XLA may compile as straight-line code (no loop).
+    """
+    return min(MAX_TIMED_STEPS, max(2, int(np.ceil(MIN_TIMED_SECONDS / max(seconds, 1e-9)))))
+
+
+def _timing_nodes(step: Callable, init: Callable, state_shape: Any, num_nodes: int, backend: str,
+                  step_loop: str) -> tuple[Any, Callable | None]:
+    """``(nodes, call)``: N nodes to time ``step`` on (:func:`_timing_population`), held as the driver holds them
+    through a chunk of ``step_loop``, and the one-step call of a dispatched or eager run (None for a scan)."""
+    nodes, call = _timing_population(init, state_shape, num_nodes, backend), None
+    if step_loop == "eager":  # held apart, as the driver holds them through a chunk (regrouped once a chunk)
+        nodes, call = population.unstack(nodes), step
+        # compiles the "loop" lift's per-node program on one node's state (one node-step, not N)
+        jax.block_until_ready(step(population.unstack(_timing_population(init, state_shape, 1, backend))))
+    elif step_loop == "dispatch":  # one compile serves dispatched runs of every length
+        if population.held_apart(backend, step_loop):  # as the driver holds them through a chunk
+            nodes = population.unstack(nodes)
+        # donated and compiled ahead, as for a scan (:func:`_timing_run`)
+        call = jax.jit(step, donate_argnums=0).lower(nodes).compile()
+    return nodes, call
+
+
+def _timing_run(step_loop: str, step: Callable, call: Callable | None, length: int, nodes: Any) -> Callable:
+    """``run(nodes) -> nodes`` of ``length`` steps: for "scan" one ``lax.scan`` of ``step``, else ``length`` calls of
+    ``call`` (:func:`_timing_nodes`), each waited on."""
+    if step_loop == "scan":
+        # donated, as the driver runs every step and chunk (the pair timed is the pair trained); compiled ahead of
+        # the first call, which is then timed: a slow pair costs its compile and one step
+        return jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
+                                                  length=length)[0], donate_argnums=0).lower(nodes).compile()
+
+    def run(nodes):
+        for _ in range(length):
+            nodes = jax.block_until_ready(call(nodes))
+        return nodes
+
+    return run
+
+
+def _measure(run: Callable, nodes: Any, length: int, limit: float) -> tuple[float, Any]:
+    """``(seconds per step, nodes)``: the faster of one or two calls of ``run`` (``length`` steps each); ``limit``:
+    the seconds per step past which the pair is ruled out (inf: no best so far to read it against)."""
+    best = np.inf
+    for _ in range(2):
+        start = time.perf_counter()
+        nodes = jax.block_until_ready(run(nodes))
+        best = min(best, time.perf_counter() - start)
+        # a second call only where it could change the choice: a short call is noisy, a long one near
+        # the best so far (within SLOWER either way) may yet beat it or lose to it, and the first pair's
+        # has no best to be read against: its first call, a fresh program's first run (its memory
+        # faulted in afresh: a 1-node CNN's dispatched step took 131 ms, then 72-84), must not be the
+        # figure later pairs are read against
+        if best >= MIN_TIMED_SECONDS and np.isfinite(limit) and not limit / SLOWER**2 < best / length <= limit:
+            break
+    return best / length, nodes
 
 
 def _timing_population(init: Callable, state_shape: Any, num_nodes: int, backend: str) -> Any:

@@ -49,7 +49,7 @@ import hashlib
 import json
 import pathlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import flax.serialization
@@ -536,6 +536,36 @@ def segments(stack_sizes: Sequence[int], padding: str) -> list[tuple[int, int, i
     return out
 
 
+def _selection_step(model: MLP, train_step: Callable, m: int, num_classes: int, max_stack: int) -> Callable:
+    """One student's update with a stack padded to ``max_stack`` minibatches of ``m``:
+    ``(node, key, hyper, step, data) -> (node, loss)``, per node (lift it)."""
+    random_code = DISTANCE_CODES["random"]
+
+    def student_step(node: population.NodeState, key, hyper: Hyper, step, data: TrainArrays):
+        k_sample, k_select = jax.random.split(key)
+        # Minibatch j is drawn from fold_in(key, j), so a student's first n minibatches do not
+        # depend on how far its group pads the stack.
+        draw = lambda j: jax.random.randint(jax.random.fold_in(k_sample, j), (m,), 0, data.labels.shape[0])
+        batches = jax.vmap(draw)(jnp.arange(max_stack))  # [n_max, m]
+        # One minibatch at a time: forwarding the whole [n_max * m] stack at once was 6x
+        # slower on CPU for n = 100 (its float32 copy of the images leaves the caches).
+        forward = lambda b: jax.nn.softmax(model.apply({"params": node.params}, to_unit_float(data.images[b]))[0])
+        student_probs = jax.lax.map(forward, batches).reshape(max_stack * m, num_classes)
+        idx = batches.reshape(-1)  # [n_max * m]
+        # Warm-up: a plain update (the first minibatch, true labels) instead of a selection.
+        plain = step < hyper.warmup
+        n = jnp.where(plain, 1, hyper.stack_size)
+        code = jnp.where(plain, random_code, hyper.distance)
+        hardness = scores_by_code(code, data.teacher_probs[idx], student_probs, k_select, data.labels[idx])
+        chosen = idx[top_m(hardness, m, valid=jnp.arange(max_stack * m) < n * m)]
+        targets = jnp.where(hyper.soft & ~plain, data.teacher_probs[chosen],
+                            jax.nn.one_hot(data.labels[chosen], num_classes))
+        node, (loss, _) = train_step(node, data.images[chosen], targets)
+        return node, loss
+
+    return student_step
+
+
 def make_students(config: SelectionConfig, image_shape: tuple[int, ...], num_classes: int,
                   stack_sizes: Sequence[int]):
     """The pure functions of a population of students with stacks of ``stack_sizes[i]`` minibatches.
@@ -559,7 +589,6 @@ def make_students(config: SelectionConfig, image_shape: tuple[int, ...], num_cla
     model = MLP(hidden=config.student_hidden, num_classes=num_classes)
     optimizer = optax.adam(config.learning_rate)
     dummy = jnp.zeros((1, *image_shape), jnp.float32)
-    random_code = DISTANCE_CODES["random"]
 
     def init_student(key):
         params = model.init(key, dummy)["params"]
@@ -571,33 +600,12 @@ def make_students(config: SelectionConfig, image_shape: tuple[int, ...], num_cla
 
     train_step = population.make_train_step(loss_fn, optimizer)
 
-    def make_student_step(max_stack: int):
-        def student_step(node: population.NodeState, key, hyper: Hyper, step, data: TrainArrays):
-            k_sample, k_select = jax.random.split(key)
-            # Minibatch j is drawn from fold_in(key, j), so a student's first n minibatches do not
-            # depend on how far its group pads the stack.
-            draw = lambda j: jax.random.randint(jax.random.fold_in(k_sample, j), (m,), 0, data.labels.shape[0])
-            batches = jax.vmap(draw)(jnp.arange(max_stack))  # [n_max, m]
-            # One minibatch at a time: forwarding the whole [n_max * m] stack at once was 6x
-            # slower on CPU for n = 100 (its float32 copy of the images leaves the caches).
-            forward = lambda b: jax.nn.softmax(model.apply({"params": node.params}, to_unit_float(data.images[b]))[0])
-            student_probs = jax.lax.map(forward, batches).reshape(max_stack * m, num_classes)
-            idx = batches.reshape(-1)  # [n_max * m]
-            # Warm-up: a plain update (the first minibatch, true labels) instead of a selection.
-            plain = step < hyper.warmup
-            n = jnp.where(plain, 1, hyper.stack_size)
-            code = jnp.where(plain, random_code, hyper.distance)
-            hardness = scores_by_code(code, data.teacher_probs[idx], student_probs, k_select, data.labels[idx])
-            chosen = idx[top_m(hardness, m, valid=jnp.arange(max_stack * m) < n * m)]
-            targets = jnp.where(hyper.soft & ~plain, data.teacher_probs[chosen],
-                                jax.nn.one_hot(data.labels[chosen], num_classes))
-            node, (loss, _) = train_step(node, data.images[chosen], targets)
-            return node, loss
-
+    def lifted_step(max_stack: int):
+        student_step = _selection_step(model, train_step, m, num_classes, max_stack)
         return population.lift(student_step, backend=config.backend, in_axes=(0, 0, 0, None, None),
                                map_batch_size=config.map_batch_size)
 
-    groups = [(start, stop, make_student_step(n)) for start, stop, n in segments(stack_sizes, config.padding)]
+    groups = [(start, stop, lifted_step(n)) for start, stop, n in segments(stack_sizes, config.padding)]
 
     def init(keys: jax.Array) -> PopulationState:
         init_keys, run_keys = jnp.swapaxes(jax.vmap(jax.random.split)(keys), 0, 1)

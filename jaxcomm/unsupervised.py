@@ -338,6 +338,29 @@ def bigan_terms(model: BiGAN, params: PyTree, model_state: PyTree, x: jax.Array,
     return BiGANTerms(d_loss, ge_loss, real, fake, features, fakes, dict(new_state))
 
 
+def _bigan_grads(model: BiGAN, state: population.NodeState, x: jax.Array, z: jax.Array, key: jax.Array,
+                 real_label: float, matching: Callable, consumed: jax.Array, replace: bool):
+    """Both players' losses and gradients from one forward pass: ``(d_loss, ge_loss, grads by group, terms)``.
+    On a consumed minibatch the generator and encoder minimise ``matching(E(x))`` instead of (``replace``) or
+    besides their game loss."""
+
+    def losses(params):
+        terms = bigan_terms(model, params, state.model_state, x, z, train=True, key=key, real_label=real_label)
+        if replace:
+            ge = jnp.where(consumed, matching(terms.features), terms.ge_loss)
+        else:
+            ge = terms.ge_loss + jnp.where(consumed, matching(terms.features), 0.0)
+        return (terms.d_loss, ge), terms
+
+    (d_loss, ge_loss), pullback, terms = jax.vjp(losses, state.params, has_aux=True)
+    one, zero = jnp.ones_like(d_loss), jnp.zeros_like(d_loss)
+    (d_grads,) = pullback((one, zero))  # one pullback per player: each steps on its own loss only
+    (ge_grads,) = pullback((zero, one))
+    grads = {"discriminator": d_grads["discriminator"], "encoder": ge_grads["encoder"],
+             "generator": ge_grads["generator"]}
+    return d_loss, ge_loss, grads, terms
+
+
 def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0.5, exchange_weight: float = 1.0,
                   consumed_objective: str = "replace", disc_learning_rate: float | None = None,
                   real_label: float = 1.0) -> NodeProgram:
@@ -387,23 +410,9 @@ def bigan_program(model: BiGAN, *, learning_rate: float = 2e-4, beta1: float = 0
         k_z, k_dropout = jax.random.split(key)
         x = to_signed(images)
         z = jax.random.normal(k_z, (images.shape[0], latent))
-
-        def losses(params):
-            terms = bigan_terms(model, params, state.model_state, x, z, train=True, key=k_dropout,
-                                real_label=real_label)
-            matching = exchange_weight * feature_mse(terms.features, payload)
-            if replace:
-                ge = jnp.where(consumed, matching, terms.ge_loss)
-            else:
-                ge = terms.ge_loss + jnp.where(consumed, matching, 0.0)
-            return (terms.d_loss, ge), terms
-
-        (d_loss, ge_loss), pullback, terms = jax.vjp(losses, state.params, has_aux=True)
-        one, zero = jnp.ones_like(d_loss), jnp.zeros_like(d_loss)
-        (d_grads,) = pullback((one, zero))
-        (ge_grads,) = pullback((zero, one))
-        grads = {"discriminator": d_grads["discriminator"], "encoder": ge_grads["encoder"],
-                 "generator": ge_grads["generator"]}
+        matching = lambda features: exchange_weight * feature_mse(features, payload)
+        d_loss, ge_loss, grads, terms = _bigan_grads(model, state, x, z, k_dropout, real_label, matching, consumed,
+                                                     replace)
         local = jnp.logical_not(consumed) if replace else True
         active = {"discriminator": local, "encoder": True, "generator": local}
         params, opt_state = _grouped_step(optimizers, state.params, state.opt_state, grads, active)
