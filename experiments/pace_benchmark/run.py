@@ -16,6 +16,7 @@ from .report import ROUNDS, table, write_report
 
 DEFAULT = {}
 ROWS = (("student", 64, "straggler", DEFAULT), ("student", 64, "straggler", {"resolution": 1.0}),
+        ("student", 64, "straggler", {"resolution": 1.5}),
         ("cnn", 10, "straggler", {"lift": "loop/eager"}), ("cnn", 10, "straggler", {"lift": "unrolled/dispatch"}),
         ("student", 64, "profiles_10x", DEFAULT), ("student", 64, "profiles_10x", {"capacity": 16}))
 """(workload, N, cluster, how): ``how`` may fix the lift, the resolution (of the fastest nominal step; default
