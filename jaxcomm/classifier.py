@@ -397,7 +397,8 @@ def choose_backend(config, train: Callable, init: Callable, node_args: Sequence[
     backend, step_loop = speed.choose(
         family, n, batch_size=config.batch_size, backend=config.backend, step_loop=config.step_loop, timer=timer,
         planned_steps=config.num_steps,
-        report=lambda line: print(f"jaxcomm: auto chose {line} for {n} {family} nodes", file=sys.stderr, flush=True))
+        report=lambda line: print(f"jaxcomm: auto chose {line} for {n} nodes ({family} speed family)", file=sys.stderr,
+                                   flush=True))
     return backend, step_loop, family
 
 

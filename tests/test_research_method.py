@@ -98,8 +98,9 @@ def test_a_method_on_the_node_population_joins_the_frontier_beside_gossip():
                                      "headers": 0.0, "coordinates": 4.0 * k}
     assert mine["bytes_per_node_step_stored"] == mine["bytes_per_node_step"]  # no inputs travel
     assert mine["paired_diff_vs_isolated_ci95"] is not None and gossip["seeds"] == 3
-    # the frontier's one stated graph: the research method runs on gossip's ring, output sharing on its full graph
-    assert mine["graph"] == gossip["graph"] == "ring(1)" and rows["isolated"]["graph"] == "full"
+    # the frontier's one stated graph: the research method runs on gossip's ring; isolated nodes send nothing,
+    # so no graph is named for them
+    assert mine["graph"] == gossip["graph"] == "ring(1)" and rows["isolated"]["graph"] == "-"
 
 
 # ---- bytes by content: a message books the payload it carries (issue 59 item 3) ----

@@ -373,7 +373,8 @@ def _run_and_write(job: _Run, run: Callable[..., Mapping[str, Any]], write_repor
     if job.resumable and not job.args.keep_checkpoints:
         shutil.rmtree(job.ckpt_dir, ignore_errors=True)
     elif job.resumable:
-        print(f"kept the trained states in {job.ckpt_dir} (jaxcomm.methods.load reads a run's folder)")
+        print(f"kept the trained states in {job.ckpt_dir} (jaxcomm.harness.frontier.load_run(out, row, seed) loads a "
+              "frontier's row; jaxcomm.methods.load a run's folder)")
     print(f"wrote {path} ({wall:.0f} s)")
     if write_report is not None and os.environ.get("JAXCOMM_NO_REPORT") != "1":
         return _report(write_report, job.out_dir, experiment=job.experiment, debug=job.args.debug)

@@ -270,7 +270,7 @@ def run_method(config: FrontierConfig, method: methods_.Method, dataset, *, spec
         built = (done or done_like)[0]["built"]
         rows[name + ("_shared" if data_model == "shared" else "")] = row | {
             "family": method.family, "spec": spec or name, "bytes_per_node_step": sent, "bytes_by_kind": by_kind,
-            "graph": graph_name(built.config) if uses_graph(method, built) else "-",
+            "graph": graph_name(built.config) if uses_graph(method, built) and sent > 0 else "-",  # isolated: none
             "data_model": data_model, "num_params": num_params,
             "total_bytes_per_node": sent * row["steps"], "fraction_of_dense_allreduce": sent / dense}
         if encoded:
