@@ -506,9 +506,13 @@ def donation(donate: bool | None) -> bool:
 
 
 def _pieces(length: int, seconds_per_step: float, max_block_seconds: float) -> int:
-    """The largest divisor of ``length`` whose scan should take at most ``max_block_seconds``."""
-    fits = max(1, int(max_block_seconds / max(seconds_per_step, 1e-9)))
-    return max(d for d in range(1, min(length, fits) + 1) if length % d == 0)
+    """The largest divisor of ``length`` whose scan should take at most ``max_block_seconds``, never 1 where
+    ``length`` has another: XLA compiles a scan of one step without its loop, to other float rounding than a
+    longer piece, so a run cut that far on a slow or loaded machine would not equal the same run on a fast one
+    (a chapter-4 member, cut to single steps, ended 0.1 points apart)."""
+    fits = int(max_block_seconds / max(seconds_per_step, 1e-9))
+    divisors = [d for d in range(2, length + 1) if length % d == 0] or [1]
+    return max([d for d in divisors if d <= fits] or divisors[:1])
 
 
 def _jsonable(value: Any) -> Any:

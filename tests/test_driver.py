@@ -92,7 +92,9 @@ def test_pieces_of_a_long_scan_give_the_same_run():
                        progress=False, max_block_seconds=0.0)
     assert whole["history"][-1]["seen"] == cut["history"][-1]["seen"] == list(range(24, 36))
     assert float(whole["state"][1]) == float(cut["state"][1])
-    assert driver._pieces(12, 1.0, 3.5) == 3 and driver._pieces(12, 1.0, 0.0) == 1 and driver._pieces(7, 0.1, 9) == 7
+    assert driver._pieces(12, 1.0, 3.5) == 3 and driver._pieces(7, 0.1, 9) == 7
+    # never a scan of one step (compiled without its loop): the smallest other divisor, however slow a step
+    assert driver._pieces(12, 1.0, 0.0) == 2 and driver._pieces(7, 10.0, 1.0) == 7 and driver._pieces(1, 1.0, 0.0) == 1
 
 
 @pytest.mark.parametrize("step_loop", driver.STEP_LOOPS)
@@ -329,3 +331,20 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="step_loop"):
         driver.train(counter_system("while"), 1.0, num_steps=5, eval_every=1, key=jax.random.PRNGKey(0),
                      progress=False)
+
+
+def test_a_network_cut_into_its_smallest_pieces_trains_bit_for_bit_as_whole():
+    """However slow a machine, the pieces a chunk is cut into leave the run unchanged: 4 MLP nodes sharing outputs,
+    every judged chunk of 12 steps cut as far as it goes (pieces of 2), end with the parameters of the uncut run."""
+    from jaxcomm import data, network
+    from jaxcomm.models import MLP
+
+    dataset = data.load_mnist_sample()
+    config = network.NetworkConfig(num_nodes=4, num_steps=36, eval_every=12, backend="vmap", step_loop="scan")
+    net = network.make_network(config, MLP(hidden=(16,)), image_shape=dataset.train.images.shape[1:],
+                               num_classes=dataset.num_classes)
+    runs = [driver.train(network.system(net, lambda *_: {}), network.network_data(dataset, config), num_steps=36,
+                         eval_every=12, key=jax.random.PRNGKey(0), progress=False, max_block_seconds=limit)
+            for limit in (10.0, 0.0)]
+    whole, cut = (jax.tree_util.tree_leaves(run["state"].nodes.params) for run in runs)
+    assert all(bool(jnp.array_equal(a, b)) for a, b in zip(whole, cut, strict=True))
