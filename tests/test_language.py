@@ -562,9 +562,8 @@ def test_experiment_config_holds_the_library_config(lx):
     assert issubclass(lx.LanguageConfig, language.AgentsConfig)
     assert not library & set(lx.LanguageConfig.__annotations__)  # nothing restated
     committed = pathlib.Path(__file__).resolve().parents[1] / "results" / "language" / "summary.json"
-    fields = set(dataclasses.asdict(lx.cpu_config()))  # the committed run's, and the confirmation's (issue 58)
-    assert fields - set(json.loads(committed.read_text())["config"]) == {
-        "confirm_cells", "confirm_seeds", "confirm_first_seed", "confirm_steps"}
+    fields = set(dataclasses.asdict(lx.cpu_config()))  # the committed run records every field of its preset
+    assert fields == set(json.loads(committed.read_text())["config"])
     assert lx.cpu_config().confirm_cells == ()  # the committed presets train no confirmation member
     config = harness_cli.apply_overrides(lx.smoke_config(), ["learning_rate=0.01", "seeds=3"])
     assert (config.learning_rate, config.seeds, type(config)) == (0.01, 3, lx.LanguageConfig)
