@@ -584,12 +584,10 @@ def _node_steps(program: NodeProgram, program_for: Callable[[Settings], NodeProg
 
     # Lifted once, not per step: an "eager" step calls the "loop" lift's compiled program again and again.
     in_axes = (None, 0, 0, 0, 0, 0, 0) + ((0,) if failing else ())
-    if isinstance(program.train, population.TrainStep):  # in halves: "unrolled" updates the stack at once
-        whole = _SettingsTrain(program_for, failing)
-        node_step = population.lift_train(whole, backend=backend, in_axes=in_axes)
-    else:  # a program's own step, in one piece
-        whole = node_train
-        node_step = population.lift(node_train, backend=backend, in_axes=in_axes)
+    # In halves ("unrolled" updates the stack at once) where the program's step is a TrainStep; a program's own
+    # step lifts whole (lift_train lifts a plain function as lift does).
+    whole = _SettingsTrain(program_for, failing) if isinstance(program.train, population.TrainStep) else node_train
+    node_step = population.lift_train(whole, backend=backend, in_axes=in_axes)
     if not own_pace:
         return node_step, None
     # The nodes not due are not computed where the lift allows.
@@ -606,10 +604,10 @@ def _delivery(config: NetworkConfig, graph: Graph, cluster: Any, message_bytes: 
     seconds (:func:`jaxcomm.clock.delivery_seconds`) and the cluster's shared bottleneck, if any."""
     n = config.num_nodes
     first = kit.first_graph(config, graph)
-    everyone = np.ones_like(first) & ~np.eye(n, dtype=bool)
+    everyone, out_degrees = np.ones_like(first) & ~np.eye(n, dtype=bool), first.sum(1)
     if not own_pace:
-        return clock.delivery_steps(cluster, everyone, message_bytes, copies=first.sum(1)), None, None
-    link_seconds = jnp.asarray(clock.delivery_seconds(cluster, everyone, message_bytes, copies=first.sum(1)),
+        return clock.delivery_steps(cluster, everyone, message_bytes, copies=out_degrees), None, None
+    link_seconds = jnp.asarray(clock.delivery_seconds(cluster, everyone, message_bytes, copies=out_degrees),
                                jnp.float32)
     return np.zeros((n, n), np.int32), link_seconds, cluster.bottleneck
 
