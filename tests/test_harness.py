@@ -70,12 +70,20 @@ def test_bad_overrides(pair, match):
 def test_main_writes_envelope_and_curves(tmp_path):
     assert toy_main(tmp_path, "steps=2", run=rows_of) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    for key in ("experiment", "preset", "command", "git_commit", "device", "wall_seconds", "rows"):
+    for key in ("experiment", "preset", "command", "git_commit", "device", "host_cpu", "wall_seconds", "rows"):
         assert key in summary
     assert summary["experiment"] == "toy" and summary["preset"] == "cpu"
     assert summary["rows"] == {"r": {"acc": 3.0}} and summary["config"]["steps"] == 2 and summary["note"] == "x"
     assert json.loads((tmp_path / "curves.jsonl").read_text().splitlines()[0]) == {"step": 1, "acc": 0.5}
     assert results.read_run(tmp_path)[0]["out_dir"] == str(tmp_path)
+
+
+def test_host_cpu_names_the_model_and_its_vector_instruction_sets():
+    cpuinfo = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+               "flags\t\t: fpu sse2 sse4_1 avx2 fma avx512f avx512_bf16 amx_tile nx\n\n"
+               "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Processor\n")
+    assert results.host_cpu(cpuinfo) == "Intel(R) Xeon(R) Processor; amx_tile avx2 avx512_bf16 avx512f fma sse4_1"
+    assert results.host_cpu("model name\t: Some ARM core\n") == "Some ARM core"  # no flags line: the model alone
 
 
 def test_bad_override_is_one_line_before_running(tmp_path, capsys):

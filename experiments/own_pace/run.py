@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{np.mean([c[-1]['test'] for c in pair['curves']]):.2f} in {pair['seconds']:.0f} s", flush=True)
     summary = summarize(out, args.preset) | {
         "command": results.command_line(), "git_commit": results.git_commit(), "device": results.device_description(),
-        "wall_seconds": time.perf_counter() - start, "preset": dataclasses.asdict(preset)}
+        "host_cpu": results.host_cpu(), "wall_seconds": time.perf_counter() - start,
+        "preset": dataclasses.asdict(preset)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     write_report(out)
     print(table(summary))

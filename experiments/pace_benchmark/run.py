@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(*row, chunk=args.chunk or CHUNKS[row[0]]) for row in (QUICK if args.quick else ROWS)]
     summary = {"experiment": "pace_benchmark", "command": results.command_line(),
                "git_commit": results.git_commit(), "device": results.device_description(),
-               "wall_seconds": time.perf_counter() - start, "rows": rows}
+               "host_cpu": results.host_cpu(), "wall_seconds": time.perf_counter() - start, "rows": rows}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """The results envelope every experiment writes, and reading it back.
 
 ``summary.json`` holds ``{"experiment", "preset", "command", "git_commit", "device",
-"wall_seconds", "rows", ...}`` (DESIGN.md, "Results"); per-evaluation curves sit beside it
+"host_cpu", "wall_seconds", "rows", ...}`` (DESIGN.md, "Results"); per-evaluation curves sit beside it
 as JSON lines (``curves.jsonl``).
 """
 
@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -38,6 +39,29 @@ def device_description() -> str:
     kinds = sorted({d.device_kind for d in devices})
     return (f"{len(devices)} x {'/'.join(kinds)} ({devices[0].platform}), host {platform.machine()} "
             f"with {os.cpu_count()} CPU cores, jax {jax.__version__}")
+
+
+# The instruction sets XLA:CPU picks its kernels by: two hosts that differ here may round differently (issue 58).
+_SIMD_FLAGS = re.compile(r"avx\w*|amx\w*|fma\w*|f16c|sse4\w*")
+
+
+def host_cpu(cpuinfo: str | None = None) -> str:
+    """The host CPU's model and the vector instruction sets it offers, in words (``"Intel(R) Xeon(R) Processor;
+    avx avx2 avx512f ..."``): same seed, same result holds per such host, so a summary names it.
+
+    Args:
+      cpuinfo: the text of ``/proc/cpuinfo`` (read when None; where there is none, the platform's words).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = sorted({flag for flag in fields.get("flags", "").split() if _SIMD_FLAGS.fullmatch(flag)})
+    return f"{model}; {' '.join(flags)}" if flags else model
 
 
 def invocation() -> list[str]:
@@ -84,7 +108,7 @@ def write_summary(
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     envelope = {"experiment": experiment, "preset": preset, "command": command or command_line(),
-                "git_commit": commit or git_commit(), "device": device_description(),
+                "git_commit": commit or git_commit(), "device": device_description(), "host_cpu": host_cpu(),
                 "wall_seconds": round(wall_seconds, 1), "rows": rows, **extra}
     path = out / "summary.json"
     partial = out / "summary.json.partial"
