@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from experiments import reliability
+from experiments.reliability import report
 from jaxcomm import decision, driver, exchange, network
 from jaxcomm.checkpoint import Checkpointer, Checkpoints
 from jaxcomm.models import MLP
@@ -268,3 +269,19 @@ def test_the_failure_grid_reads_directions_from_intervals_over_seeds():
     # one seed: no intervals
     one = {name: {**row, "per_seed": {n: v[:1] for n, v in row["per_seed"].items()}} for name, row in rows.items()}
     assert reliability.paired_markdown(one, ["10", "20"]) == []
+
+
+def test_what_failures_cost_beyond_the_lost_steps_is_read_against_the_failure_free_curve():
+    def curve(fraction, seed, alive, avgs):
+        return {"nodes": 10, "failure_fraction": fraction, "seed": seed, "alive_fraction": alive,
+                "steps": [100, 200], "avg_accuracy": avgs}
+
+    curves = [curve(0.0, 0, 1.0, [40.0, 50.0]), curve(0.0, 1, 1.0, [30.0, 50.0]),
+              curve(0.3, 0, 0.75, [35.0, 44.0]), curve(0.3, 1, 0.5, [25.0, 33.0])]
+    # seed 0 trained 150 of 200 steps: the failure-free curve there is 45, so 44 - 45 = -1; seed 1 trained 100:
+    # 33 - 30 = +3. Mean +1, sd 2.83, half-width 12.71 x 2.83 / sqrt(2) = 25.4; t = 0.5 on 1 degree: p = 0.705
+    (cell,) = report.lost_steps(curves, 200)
+    assert cell["steps_trained"] == [150.0, 100.0] and np.allclose(cell["diffs"], [-1.0, 3.0])
+    lines = report.lost_steps_markdown(curves, 200)
+    assert "| 10 | 30% | 125 of 200 | +1.0 | [-24.4, +26.4] | 0.705 | 0.705 |" in lines
+    assert report.lost_steps_markdown(curves[:3], 200) == []  # one seed: no interval
