@@ -281,7 +281,8 @@ def test_what_failures_cost_beyond_the_lost_steps_is_read_against_the_failure_fr
     # seed 0 trained 150 of 200 steps: the failure-free curve there is 45, so 44 - 45 = -1; seed 1 trained 100:
     # 33 - 30 = +3. Mean +1, sd 2.83, half-width 12.71 x 2.83 / sqrt(2) = 25.4; t = 0.5 on 1 degree: p = 0.705
     (cell,) = report.lost_steps(curves, 200)
-    assert cell["steps_trained"] == [150.0, 100.0] and np.allclose(cell["diffs"], [-1.0, 3.0])
+    assert (cell["seeds"], cell["steps_trained"], cell["final"]) == ([0, 1], [150.0, 100.0], [44.0, 33.0])
+    assert np.allclose(cell["reference"], [45.0, 30.0])
     lines = report.lost_steps_markdown(curves, 200)
-    assert "| 10 | 30% | 125 of 200 | +1.0 | [-24.4, +26.4] | 0.705 | 0.705 |" in lines
+    assert "| N=10, 30% down vs none at 125 of 200 steps | avg | +1.0 | [-24.4, +26.4] | 0.705 | 0.705 | no |" in lines
     assert report.lost_steps_markdown(curves[:3], 200) == []  # one seed: no interval

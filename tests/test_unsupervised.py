@@ -552,12 +552,11 @@ def test_experiment_config_holds_the_library_config():
     cpu = as_json(ue.cpu_config())
     assert json.loads((committed / "summary.json").read_text())["config"] == cpu  # the table is the cpu preset's
     assert cpu.pop("rows") == list(ue_report.ROWS)
-    # Every variant's config is the config rebuilt from it: the same keys and values (a config written before
-    # num_seeds existed gets its default).
+    # Every variant's config is the config rebuilt from it: the same keys and values.
     for summary in sorted(committed.glob("variants/*/summary.json")):
         config = json.loads(summary.read_text())["config"]
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-        assert as_json(ue.UnsupervisedExchangeConfig(**fields)) == {"num_seeds": 3} | config, summary
+        assert as_json(ue.UnsupervisedExchangeConfig(**fields)) == config, summary
     config = harness_cli.apply_overrides(ue.smoke_config(), ["disc_hidden=16", "probe_every=4"])
     assert (config.disc_hidden, config.probe_every, type(config)) == (16, 4, ue.UnsupervisedExchangeConfig)
 

@@ -125,14 +125,14 @@ def paired_markdown(rows: dict, nodes: Sequence[str]) -> list[str]:
 
 
 def lost_steps(curves: Sequence[dict], num_steps: int) -> list[dict]:
-    """For each failing (N, f): a failing network's final node average minus the failure-free network's (same N,
+    """For each failing (N, f): a failing network's final node average beside the failure-free network's (same N,
     same seed) at the steps a node of the failing one trained, ``(1 - down) * num_steps`` with ``down`` its
-    measured down fraction (interpolated linearly between evaluations). Near 0: failures cost the training steps
+    measured down fraction (interpolated linearly between evaluations). Equal: failures cost the training steps
     they take away and nothing more (no cascade, no harm from stale inboxes).
 
     Returns:
-      ``[{"nodes", "failure_fraction", "steps_trained": [per seed], "diffs": [per seed]}]``, seeds paired by
-      their ``seed``; a (N, f) without its failure-free seeds is left out.
+      ``[{"nodes", "failure_fraction", "seeds", "steps_trained", "final", "reference"}]``, each list one entry per
+      seed; a (N, f) without its failure-free seeds is left out.
     """
     free = {(c["nodes"], c["seed"]): c for c in curves if c["failure_fraction"] == 0}
     cells: dict[tuple[int, float], dict] = {}
@@ -141,34 +141,32 @@ def lost_steps(curves: Sequence[dict], num_steps: int) -> list[dict]:
         if c["failure_fraction"] == 0 or reference is None:
             continue
         trained = c["alive_fraction"] * num_steps
-        at_trained = float(np.interp(trained, reference["steps"], reference["avg_accuracy"]))
         cell = cells.setdefault((c["nodes"], c["failure_fraction"]), {
-            "nodes": c["nodes"], "failure_fraction": c["failure_fraction"], "steps_trained": [], "diffs": []})
+            "nodes": c["nodes"], "failure_fraction": c["failure_fraction"], "seeds": [], "steps_trained": [],
+            "final": [], "reference": []})
+        cell["seeds"].append(c["seed"])
         cell["steps_trained"].append(trained)
-        cell["diffs"].append(c["avg_accuracy"][-1] - at_trained)
+        cell["final"].append(c["avg_accuracy"][-1])
+        cell["reference"].append(float(np.interp(trained, reference["steps"], reference["avg_accuracy"])))
     return list(cells.values())
 
 
 def lost_steps_markdown(curves: Sequence[dict], num_steps: int) -> list[str]:
-    """:func:`lost_steps` as a table (its 95 % intervals over seeds, Holm over its own rows); none below 2 seeds."""
-    cells = [cell for cell in lost_steps(curves, num_steps) if len(cell["diffs"]) >= 2]
-    if not cells:
-        return []
-    holm = stats.holm([stats.paired_t_p_value(cell["diffs"]) for cell in cells])
-    lines = ["", "## What failures cost beyond the lost steps", "",
-             "A node down a fraction of the time trains only while up. Each failing network's final node average "
-             "minus the failure-free network's (same N, same seed) at the steps a node of the failing network "
-             "trained (its measured up fraction times the run's steps; interpolated linearly between "
-             f"evaluations); the paired t-test's p-value, raw and Holm-adjusted over these {len(cells)} tests. "
-             "Near 0: failures cost the steps they take and nothing beyond.", "",
-             "| N | f | steps trained (mean over seeds) | mean difference | 95 % interval | p | Holm p |",
-             "|---|---|---|---|---|---|---|"]
-    for cell, adjusted in zip(cells, holm, strict=True):
-        lo, hi = stats.paired_ci95(cell["diffs"])
-        lines.append(f"| {cell['nodes']} | {100 * cell['failure_fraction']:.0f}% | "
-                     f"{np.mean(cell['steps_trained']):,.0f} of {num_steps:,} | {np.mean(cell['diffs']):+.1f} | "
-                     f"[{lo:+.1f}, {hi:+.1f}] | {stats.paired_t_p_value(cell['diffs']):.3f} | {adjusted:.3f} |")
-    return lines
+    """:func:`lost_steps` as a table of paired comparisons (:func:`jaxcomm.harness.report.paired_comparisons`:
+    its own family); none below 2 seeds."""
+    pseudo, comparisons = {}, []
+    for cell in lost_steps(curves, num_steps):
+        name = f"{cell['nodes']}/{cell['failure_fraction']}"
+        for side in ("final", "reference"):
+            pseudo[f"{name}/{side}"] = {"seeds": cell["seeds"],
+                                        "per_seed": [{"avg_accuracy": v} for v in cell[side]]}
+        comparisons.append((f"{name}/final", f"{name}/reference",
+                            f"N={cell['nodes']}, {100 * cell['failure_fraction']:.0f}% down vs none at "
+                            f"{np.mean(cell['steps_trained']):,.0f} of {num_steps:,} steps"))
+    return report.paired_comparisons(
+        pseudo, comparisons, ("avg_accuracy",), title="What failures cost beyond the lost steps",
+        why_paired="a failing network's final node average against the failure-free one's on the same seed at the "
+        "steps its nodes trained, interpolated; near 0, failures cost the steps they take and nothing beyond")
 
 
 def write_report(out_dir: pathlib.Path, *, plots: bool = True) -> None:
