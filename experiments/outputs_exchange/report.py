@@ -490,7 +490,8 @@ def other_recipes_markdown(summary: dict) -> list[str]:
             cells.append(pair(*(float(np.mean([r[k] for r in runs])) for k in ("avg_accuracy", "collective_accuracy")))
                          + f" ({len(runs)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines + paired_with_others_markdown(summary["rows"], others, names)
+    return (lines + paired_with_others_markdown(summary["rows"], others, names)
+            + interactions_markdown(summary["rows"], others, names))
 
 
 def paired_with_others_markdown(rows: dict, others: list[dict], names: list[str]) -> list[str]:
@@ -506,6 +507,36 @@ def paired_with_others_markdown(rows: dict, others: list[dict], names: list[str]
                                      why_paired="the same seed draws the same shards and initialisations; the "
                                      "runs differ only where the list above says",
                                      title="Other runs against this one, paired")
+
+
+def _comparison_per_seed(rows: dict, a: str, b: str) -> dict | None:
+    """Row ``a`` minus row ``b`` of one run as a row of its own: ``per_seed`` the paired differences of
+    :data:`PAIRED_KEYS` both recorded. None unless both ran the same >= 2 seeds."""
+    if a not in rows or b not in rows or len(seeds := rows[a].get("seeds") or ()) < 2 or seeds != rows[b].get("seeds"):
+        return None
+    per_seed = [{k: x[k] - y[k] for k in PAIRED_KEYS if x.get(k) is not None and y.get(k) is not None}
+                for x, y in zip(rows[a]["per_seed"], rows[b]["per_seed"], strict=True)]
+    return {"seeds": seeds, "per_seed": per_seed}
+
+
+def interactions_markdown(rows: dict, others: list[dict], names: list[str]) -> list[str]:
+    """What each subfolder run's change does to each comparison of :data:`COMPARISONS`: seed by seed, the
+    comparison's difference in the subfolder run minus the same difference in this run (an interaction, e.g.
+    augmentation x sharing true labels), where both runs ran the same >= 2 seeds; one Holm family."""
+    together, comparisons = {}, []
+    for a, b, question in COMPARISONS:
+        if (here := _comparison_per_seed(rows, a, b)) is None:
+            continue
+        together[question] = here
+        for name, other in zip(names, others, strict=True):
+            if (there := _comparison_per_seed(other["rows"], a, b)) is not None:
+                together[f"{name}/{question}"] = there
+                comparisons.append((f"{name}/{question}", question, f"`{name}/` minus this run: {question}"))
+    return report.paired_comparisons(together, comparisons, PAIRED_KEYS,
+                                     why_paired="each comparison's difference in the subfolder run minus the same "
+                                     "difference in this run; the same seed draws the same shards and "
+                                     "initialisations in both",
+                                     title="Other runs against this one: what the change does to each comparison")
 
 
 SELECTION = ("rows", "studies", "study_points", "time_budget_s", "backend", "data_dir", "study_node_counts",
