@@ -246,10 +246,11 @@ def summarize(out: Mapping[str, Any], *, num_params: int) -> dict[str, Any]:
       the gradients, :func:`jaxcomm.bandwidth.allreduce_bytes`), ``num_params``, ``counters``;
       ``data_model`` (of the bytes), ``message_bytes_shared`` and ``bytes_sent_per_node_step_shared``
       (the same messages with indices for inputs, the "shared" data model);
-      ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (the driver's
-      ``train_seconds``: this run's time in training chunks, their first compilation included, evaluations not;
-      0.1 s), ``lift`` (``"backend/step_loop"`` it trained under: backends agree to float32 rounding, not bit for
-      bit); when the records hold a ``validation`` evaluation (``eval_split=("test", "validation")``),
+      ``consumed_fraction`` (mean over evaluations), ``final_loss``, ``seconds`` (``out``'s
+      ``train_seconds``, 0.1 s: time in training chunks, their first compilation included, evaluations not; for a
+      run of a sweep trained as one population, the whole sweep's), ``lift`` (``"backend/step_loop"`` it
+      trained under: backends agree to float32 rounding, not bit for bit); when the records hold a
+      ``validation`` evaluation (``eval_split=("test", "validation")``),
       ``validation_avg_accuracy`` and ``validation_collective_accuracy`` (negentropy) at the final step.
     """
     net, history, final = out["network"], out["history"], out["final"]
