@@ -277,16 +277,14 @@ def test_other_runs_are_paired_with_this_run_seed_by_seed():
 
 
 def test_other_runs_interaction_is_the_difference_of_each_comparisons_paired_differences():
-    def run(sharing, isolated, folder="x", **config):
+    def rows(sharing, isolated):  # only the rows are read; a subfolder run is {"rows": ...} here
         def row(accuracies):
             return {"seeds": [0, 1, 2], "per_seed": [{"avg_accuracy": a, "collective_accuracy": a + 5}
                                                      for a in accuracies]}
-        return {"config": {"dataset": "cifar10", "widths": [16], "hidden": 8, "norm": "batch", "batch_size": 32,
-                           "learning_rate": 0.001, "num_steps": 100, "seed": 0, **config}, "out_dir": f"r/{folder}",
-                "rows": {"10_nodes_true_labels": row(sharing), "10_nodes_no_sharing": row(isolated)}}
+        return {"10_nodes_true_labels": row(sharing), "10_nodes_no_sharing": row(isolated)}
 
-    here = run([70.0, 71.0, 72.0], [60.0, 61.0, 62.0])["rows"]  # sharing gains 10, 10, 10
-    other = run([63.0, 64.0, 66.0], [60.0, 61.0, 62.0], "augmented", augment=True)  # gains 3, 3, 4
+    here = rows([70.0, 71.0, 72.0], [60.0, 61.0, 62.0])  # sharing gains 10, 10, 10
+    other = {"rows": rows([63.0, 64.0, 66.0], [60.0, 61.0, 62.0])}  # gains 3, 3, 4
     lines = oe_report.interactions_markdown(here, [other], ["augmented"])
     # interactions -7, -7, -6: mean -6.67, sd 0.577, half-width 4.303 x 0.577 / sqrt(3) = 1.43; t = -20.0,
     # p = 1 - 20 / sqrt(20^2 + 2) = 0.0025 (2 degrees of freedom); Holm over the 2 tests: 2 x 0.0025 = 0.005
