@@ -110,6 +110,29 @@ def test_paired_differences_from_isolated_nodes_on_the_same_seed(smoke):
         assert (hi - lo) / 2 == pytest.approx(12.7062 * abs(diffs[1] - diffs[0]) / 2, rel=1e-4), name
 
 
+def test_holm_over_the_rows_against_isolated_nodes():
+    # Two tested rows make the family: the smaller raw p-value doubles, the larger stays (Holm, m = 2); a twin
+    # takes its private row's value; a stopped seed and a zero spread are not tested. Raw p-values from scipy's
+    # one-sample t-test on the paired differences, independent of jaxcomm.stats.
+    from scipy import stats as scipy_stats
+
+    base = [50.0, 51.0, 53.0]
+
+    def row(diffs, **extra):
+        return {"per_seed": [{"seed": s, "accuracy": None if d is None else b + d}
+                             for s, (b, d) in enumerate(zip(base, diffs, strict=True))]} | extra
+
+    rows = {"isolated": row([0, 0, 0]), "a": row([1.0, 2.0, 4.0]),
+            "a_shared": row([1.0, 2.0, 4.0], data_model="shared"), "e": row([-3.0, -2.5, -3.25]),
+            "stopped": row([1.0, None, 2.0]), "tie": row([2.0, 2.0, 2.0])}
+    p_a = scipy_stats.ttest_1samp([1.0, 2.0, 4.0], 0).pvalue
+    p_e = scipy_stats.ttest_1samp([-3.0, -2.5, -3.25], 0).pvalue
+    assert p_e < p_a / 2  # so Holm orders them e, a and leaves a's unchanged
+    held = bf.holm_vs_isolated(rows)
+    assert held["e"] == pytest.approx(2 * p_e) and held["a"] == pytest.approx(p_a) and held["a_shared"] == held["a"]
+    assert held["isolated"] is held["stopped"] is held["tie"] is None
+
+
 def test_smoke_table_and_plot_name_the_pareto_front(smoke):
     out, summary = smoke
     rows = summary["rows"]
@@ -155,7 +178,7 @@ def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, mo
     fr.add_paired(rows)
     assert "paired_diff_vs_isolated" not in rows["qsgd_4lvl_ef"] and "qsgd_4lvl_ef" not in fr.pareto(rows)
     table = bf.table_markdown(smoke[1] | {"rows": rows, "out_dir": "x"})
-    assert "| qsgd_4lvl_ef | `qsgd:4:ef` | compressed | - | stopped | - | - | 100 B |" in table  # no graph read
+    assert "| qsgd_4lvl_ef | `qsgd:4:ef` | compressed | - | stopped | - | - | - | 100 B |" in table  # no graph, no test
     assert "qsgd_4lvl_ef stopped: seed 1: diverged" in table
 
 

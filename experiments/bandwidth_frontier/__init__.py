@@ -19,8 +19,17 @@ References:
 
 from jaxcomm.harness.frontier import EXPERIMENT, PRESETS, FrontierConfig, cpu_config, smoke_config, thesis_config
 
-from .report import front_sentence, plot_frontier, single_seed_table, stored_bytes, table_markdown, write_report
+from .report import (
+                     front_sentence,
+                     holm_vs_isolated,
+                     plot_frontier,
+                     single_seed_table,
+                     stored_bytes,
+                     table_markdown,
+                     write_report,
+)
 from .run import main, run
 
-__all__ = ["EXPERIMENT", "PRESETS", "FrontierConfig", "cpu_config", "front_sentence", "main", "plot_frontier", "run",
-           "single_seed_table", "smoke_config", "stored_bytes", "table_markdown", "thesis_config", "write_report"]
+__all__ = ["EXPERIMENT", "PRESETS", "FrontierConfig", "cpu_config", "front_sentence", "holm_vs_isolated", "main",
+           "plot_frontier", "run", "single_seed_table", "smoke_config", "stored_bytes", "table_markdown",
+           "thesis_config", "write_report"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pathlib
 
-from jaxcomm import data, recipes
+from jaxcomm import data, recipes, stats
 from jaxcomm.harness import frontier, report
 from jaxcomm.harness.frontier import multi_seed
 
@@ -71,6 +71,28 @@ def _vs_isolated(row: dict) -> str:
     return f"{diff:+.1f}" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
 
 
+def holm_vs_isolated(rows: dict[str, dict]) -> dict[str, float | None]:
+    """Each row's paired t-test of its accuracy against ``isolated``'s on the same seed, Holm-adjusted over the
+    table (:func:`jaxcomm.stats.holm`; one family: every trained row with >= 2 seeds paired, the ``_shared`` twins
+    left out, since they are their private rows' runs and take their value). None: no test (fewer than 2 paired
+    seeds, a stopped seed, or a zero spread)."""
+    base = {p["seed"]: p["accuracy"] for p in rows.get("isolated", {}).get("per_seed", [])}
+    raw: dict[str, float | None] = {}
+    for name, row in frontier.under(rows, "private").items():
+        pairs = [(p["accuracy"], base.get(p["seed"])) for p in row.get("per_seed", [])]
+        if name == "isolated" or len(pairs) < 2 or any(a is None or b is None for a, b in pairs):
+            continue
+        diffs = [a - b for a, b in pairs]
+        raw[name] = stats.paired_t_p_value(diffs) if len(set(diffs)) > 1 else None
+    held = dict(zip(raw, stats.holm(list(raw.values())), strict=True))
+    return {name: held.get(name.removesuffix("_shared") if row.get("data_model") == "shared" else name)
+            for name, row in rows.items()}
+
+
+def _holm(value: float | None) -> str:
+    return "-" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
+
+
 def stored_bytes(summary: dict, row: dict) -> float | None:
     """A row's bytes per node and step with its inputs counted as the dataset stores them (the ``stored``
     encoding, :data:`jaxcomm.data.STORED_BYTES_PER_IMAGE`): the run's own count where it made one; else re-priced
@@ -130,7 +152,9 @@ def table_markdown(summary: dict) -> str:
         "Accuracy: the final test accuracy, mean ± sd over seeds: the collective decision (negentropy) of node "
         "networks (outputs, gossip) and codistillation, the one model of synchronous, compressed and local SGD; "
         "node average beside it. vs isolated: the mean difference from `isolated` on the same seed, with its "
-        "95 % interval (Student t); read a direction only where it excludes 0. Bytes: what each node sends per "
+        "95 % interval (Student t); Holm p: its paired t-test's p-value, Holm-adjusted over the table's rows "
+        "(one family; a `_shared` twin is its private row's test); read a direction only where Holm p is below "
+        "0.05. Bytes: what each node sends per "
         "step under the private data model (a message carries its minibatch's images; see the module docstring "
         "for each count); 'of dense' = that over a dense ring all-reduce of the same gradients. Rows ending in "
         "`_shared` are the same runs as the row without the suffix, not trained again (the data model changes "
@@ -139,9 +163,9 @@ def table_markdown(summary: dict) -> str:
         "has a higher mean accuracy; 'private' compares the rows without the `_shared` twins, 'shared' the twins "
         "in place of their private rows.",
         "",
-        "| row | spec | family | accuracy | node avg | vs isolated [95 % CI] | bytes / node / step | total / node | "
-        "of dense | wall s | Pareto front |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| row | spec | family | accuracy | node avg | vs isolated [95 % CI] | Holm p | bytes / node / step | "
+        "total / node | of dense | wall s | Pareto front |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     stored = any(stored_bytes(summary, row) is not None for row in rows.values())
     if stored:  # inputs under both encodings: the uint8 arrays held, and as the dataset stores them
@@ -150,6 +174,7 @@ def table_markdown(summary: dict) -> str:
     graphs = any("graph" in row for row in rows.values())
     if graphs:  # the graph each row ran on ("-": a method that reads none)
         lines[-2:] = [lines[-2].replace("| family |", "| family | graph |"), lines[-1] + "---|"]
+    held = holm_vs_isolated(rows)
     ordered = sorted(rows.items(), key=lambda item: (item[1]["bytes_per_node_step"] is None,
                                                      item[1]["bytes_per_node_step"] or 0))
     for name, row in ordered:
@@ -157,7 +182,7 @@ def table_markdown(summary: dict) -> str:
         of_dense = row["fraction_of_dense_allreduce"]
         lines.append(f"| {name} | `{row['spec']}` | {row['family']} | "
                      + (f"{row.get('graph', '-')} | " if graphs else "") + f"{accuracy} | "
-                     f"{report.mean_sd_cell(row, 'avg_accuracy')} | {_vs_isolated(row)} | "
+                     f"{report.mean_sd_cell(row, 'avg_accuracy')} | {_vs_isolated(row)} | {_holm(held[name])} | "
                      f"{_bytes(row['bytes_per_node_step'])} | "
                      + (f"{_bytes(stored_bytes(summary, row))} | " if stored else "")
                      + f"{_bytes(row['total_bytes_per_node'])} | "
