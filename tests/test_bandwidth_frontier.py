@@ -108,6 +108,9 @@ def test_paired_differences_from_isolated_nodes_on_the_same_seed(smoke):
         lo, hi = row["paired_diff_vs_isolated_ci95"]
         # 2 seeds: mean -/+ t(0.975, 1) = 12.706 x sd / sqrt(2), sd / sqrt(2) = |d1 - d0| / 2
         assert (hi - lo) / 2 == pytest.approx(12.7062 * abs(diffs[1] - diffs[0]) / 2, rel=1e-4), name
+        # 2 seeds: t = mean / (sd / sqrt(2)) with 1 degree of freedom, p = 1 - 2 arctan(|t|) / pi
+        t = abs(np.mean(diffs)) / (abs(diffs[1] - diffs[0]) / 2)
+        assert row["paired_diff_vs_isolated_p"] == pytest.approx(1 - 2 * np.arctan(t) / np.pi, rel=1e-6), name
 
 
 def test_holm_over_the_rows_against_isolated_nodes():
@@ -128,6 +131,7 @@ def test_holm_over_the_rows_against_isolated_nodes():
     p_a = scipy_stats.ttest_1samp([1.0, 2.0, 4.0], 0).pvalue
     p_e = scipy_stats.ttest_1samp([-3.0, -2.5, -3.25], 0).pvalue
     assert p_e < p_a / 2  # so Holm orders them e, a and leaves a's unchanged
+    fr.add_paired(rows)  # the raw tests, as merge_runs sets them
     held = bf.holm_vs_isolated(rows)
     assert held["e"] == pytest.approx(2 * p_e) and held["a"] == pytest.approx(p_a) and held["a_shared"] == held["a"]
     assert held["isolated"] is held["stopped"] is held["tie"] is None

@@ -9,7 +9,6 @@ import re
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"
 
-RERUN = "a headline run from a +dirty tree, to be rerun from a clean commit after the draws by name (issue 58 item 4)"
 EXCEPTIONS = {
     "benchmark/sweeps": "timings (draws do not change them); its dirt was the shipped choices table, see PROVENANCE",
     "benchmark/gpu_h100/sweeps": "an H100 lease's sweeps, run with the donation fix committed next (PROVENANCE)",

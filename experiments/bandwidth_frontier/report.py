@@ -72,19 +72,12 @@ def _vs_isolated(row: dict) -> str:
 
 
 def holm_vs_isolated(rows: dict[str, dict]) -> dict[str, float | None]:
-    """Each row's paired t-test of its accuracy against ``isolated``'s on the same seed, Holm-adjusted over the
-    table (:func:`jaxcomm.stats.holm`; one family: every trained row with >= 2 seeds paired, the ``_shared`` twins
-    left out, since they are their private rows' runs and take their value). None: no test (fewer than 2 paired
-    seeds, a stopped seed, or a zero spread)."""
-    base = {p["seed"]: p["accuracy"] for p in rows.get("isolated", {}).get("per_seed", [])}
-    raw: dict[str, float | None] = {}
-    for name, row in frontier.under(rows, "private").items():
-        pairs = [(p["accuracy"], base.get(p["seed"])) for p in row.get("per_seed", [])]
-        if name == "isolated" or len(pairs) < 2 or any(a is None or b is None for a, b in pairs):
-            continue
-        diffs = [a - b for a, b in pairs]
-        raw[name] = stats.paired_t_p_value(diffs) if len(set(diffs)) > 1 else None
-    held = dict(zip(raw, stats.holm(list(raw.values())), strict=True))
+    """Each row's paired t-test against isolated nodes (``paired_diff_vs_isolated_p``,
+    :func:`jaxcomm.harness.frontier.add_paired`), Holm-adjusted over the table (:func:`jaxcomm.stats.holm`; one
+    family: every row tested, the ``_shared`` twins left out, since they are their private rows' runs and take their
+    value). None: no test (fewer than 2 paired seeds, a stopped seed, or a zero spread)."""
+    tested = {name: row.get("paired_diff_vs_isolated_p") for name, row in frontier.under(rows, "private").items()}
+    held = dict(zip(tested, stats.holm(list(tested.values())), strict=True))
     return {name: held.get(name.removesuffix("_shared") if row.get("data_model") == "shared" else name)
             for name, row in rows.items()}
 

@@ -358,8 +358,9 @@ def fronts(rows: dict[str, dict]) -> dict[str, list[str]]:
 
 def add_paired(rows: dict[str, dict]) -> None:
     """Sets every row's ``paired_diff_vs_isolated`` (mean over seeds of its accuracy minus ``isolated``'s on the
-    same seed) and ``paired_diff_vs_isolated_ci95`` (Student-t 95 % interval, :func:`jaxcomm.stats.paired_ci95`;
-    None for one seed), where isolated nodes ran with every seed of the row and no seed stopped."""
+    same seed), ``paired_diff_vs_isolated_ci95`` (Student-t 95 % interval, :func:`jaxcomm.stats.paired_ci95`;
+    None for one seed) and ``paired_diff_vs_isolated_p`` (the paired t-test's p-value; None for one seed or a zero
+    spread, which is not tested), where isolated nodes ran with every seed of the row and no seed stopped."""
     base = {p["seed"]: p["accuracy"] for p in rows.get("isolated", {}).get("per_seed", [])}
     for name, row in rows.items():
         pairs = [(p["accuracy"], base.get(p["seed"])) for p in row["per_seed"]]
@@ -368,6 +369,7 @@ def add_paired(rows: dict[str, dict]) -> None:
         diffs = [a - b for a, b in pairs]
         row["paired_diff_vs_isolated"] = float(np.mean(diffs))
         row["paired_diff_vs_isolated_ci95"] = list(stats.paired_ci95(diffs, digits=None)) if len(diffs) > 1 else None
+        row["paired_diff_vs_isolated_p"] = stats.paired_t_p_value(diffs) if len(set(diffs)) > 1 else None
 
 
 def run(config: FrontierConfig, *, methods: Sequence[methods_.Method] = (),
