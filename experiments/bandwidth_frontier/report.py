@@ -82,10 +82,6 @@ def holm_vs_isolated(rows: dict[str, dict]) -> dict[str, float | None]:
             for name, row in rows.items()}
 
 
-def _holm(value: float | None) -> str:
-    return "-" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
-
-
 def stored_bytes(summary: dict, row: dict) -> float | None:
     """A row's bytes per node and step with its inputs counted as the dataset stores them (the ``stored``
     encoding, :data:`jaxcomm.data.STORED_BYTES_PER_IMAGE`): the run's own count where it made one; else re-priced
@@ -175,7 +171,8 @@ def table_markdown(summary: dict) -> str:
         of_dense = row["fraction_of_dense_allreduce"]
         lines.append(f"| {name} | `{row['spec']}` | {row['family']} | "
                      + (f"{row.get('graph', '-')} | " if graphs else "") + f"{accuracy} | "
-                     f"{report.mean_sd_cell(row, 'avg_accuracy')} | {_vs_isolated(row)} | {_holm(held[name])} | "
+                     f"{report.mean_sd_cell(row, 'avg_accuracy')} | {_vs_isolated(row)} | "
+                     f"{report.p_cell(held[name], '-')} | "
                      f"{_bytes(row['bytes_per_node_step'])} | "
                      + (f"{_bytes(stored_bytes(summary, row))} | " if stored else "")
                      + f"{_bytes(row['total_bytes_per_node'])} | "

@@ -145,7 +145,7 @@ def paired_markdown(summary: dict) -> list[str]:
             word = ("zero spread, not tested" if t["holm"] is None else "faster" if t["holm"] < 0.05 and t["mean"] > 0
                     else "slower" if t["holm"] < 0.05 else "none (adjusted p >= 0.05)")
             lines.append(f"| {t['row']} | {t['split']} | {t['seeds']} | {np.exp(t['mean']):.2f}x [{lo:.2f}, "
-                         f"{hi:.2f}] | {_p(t['holm'])} | {word} |")
+                         f"{hi:.2f}] | {report.p_cell(t['holm'], '-')} | {word} |")
         lines.append("")
     return lines
 
@@ -186,12 +186,8 @@ def rerun_markdown(summary: dict) -> list[str]:
         ci = "-" if t["ci95"] is None else f"[{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]"
         age = "-" if t["mean_age"] is None else f"{t['mean_age']:.1f}"
         lines.append(f"| {t['row']} | {t['link']} | {t['delay']} | {age} | {t['key'].replace('_', ' ')} | "
-                     f"{t['mean']:+.1f} {ci} | {_p(t['p'])} | {_p(t['holm'])} |")
+                     f"{t['mean']:+.1f} {ci} | {report.p_cell(t['p'], '-')} | {report.p_cell(t['holm'], '-')} |")
     return lines + [""]
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def reading(summary: dict) -> list[str]:
@@ -221,7 +217,7 @@ def reading(summary: dict) -> list[str]:
                        ("lower" if t["mean"] < 0 else "higher") + " than instant")
             steps = f"{t['delay']} step{'' if t['delay'] == 1 else 's'}"
             lines.append(f"  Its final {t['key'].replace('_', ' ')} trained on {t['link']} ({steps} in flight): "
-                         f"{verdict} ({t['mean']:+.1f} points, Holm p {_p(t['holm'])}).")
+                         f"{verdict} ({t['mean']:+.1f} points, Holm p {report.p_cell(t['holm'], '-')}).")
         worst = max(row["links"][link]["uplink_seconds"] for link in links)
         if worst:
             held = [link for link in links if row["links"][link]["held_back"]]

@@ -104,7 +104,7 @@ def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], 
     for (question, key, diffs, (lo, hi), p), held in zip(found, adjusted, strict=True):
         read = "yes" if held is not None and held < 0.05 else "no"
         lines.append(f"| {question} | {key.replace('_accuracy', '').replace('_', ' ')} | {np.mean(diffs):+.1f} | "
-                     f"[{lo:+.1f}, {hi:+.1f}] | {_p(p)} | {_p(held)} | {read} |")
+                     f"[{lo:+.1f}, {hi:+.1f}] | {p_cell(p)} | {p_cell(held)} | {read} |")
     return ["", f"## {title} (seeds {', '.join(map(str, shown))}: {why_paired})", "",
             "Mean difference (points) and its 95 % interval over seeds (Student t); the paired t-test's p-value, raw "
             f"and Holm-adjusted over the table's {sum(p is not None for *_, p in found)} tests (one family). A "
@@ -114,9 +114,10 @@ def paired_comparisons(rows: dict, comparisons: Sequence[tuple[str, str, str]], 
             "|---|---|---|---|---|---|---|", *lines]
 
 
-def _p(value: float | None) -> str:
+def p_cell(value: float | None, untested: str = "zero spread") -> str:
+    """A p-value as a table shows it: three decimals, ``< 0.001`` below that, ``untested`` where none was computed."""
     if value is None:
-        return "zero spread"
+        return untested
     return "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
