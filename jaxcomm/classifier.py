@@ -350,8 +350,11 @@ def splits_of(dataset: ImageDataset, eval_split: str | Sequence[str]) -> tuple[A
 
 
 def progress_postfix(record: dict) -> dict:
-    """The average and negentropy-collective accuracies of a record, for a progress bar."""
+    """The average and negentropy-collective accuracies of a record, for a progress bar; at its own pace the
+    virtual seconds too (the bar counts ticks)."""
     shown = {}
+    if isinstance(record.get("pace"), dict):
+        shown["virtual"] = f"{record['pace']['seconds']:.4g}s"
     if record.get("avg_accuracy") is not None:
         shown["avg"] = f"{record['avg_accuracy']:.1f}"
     collective = record.get("collective_accuracy")

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxcomm import driver, ledger
+from jaxcomm.validation import is_int, is_real, require
 
 GBIT = 1e9 / 8
 """Bytes per second of 1 Gbit/s."""
@@ -198,6 +199,47 @@ class Cluster(NamedTuple):
     @property
     def label(self) -> str:
         return self.name or self.link.name
+
+    def check(self, num_nodes: int) -> None:
+        """Raises ValueError naming the first field of the cluster that cannot time ``num_nodes`` nodes: step times
+        finite and > 0, jitter >= 0, one speed (and uplink, downlink) per node, traces ``[N, S]`` of times > 0,
+        availability of mean up time > 0 and windows in order, links of bandwidth > 0 and finite latency >= 0 (what
+        :func:`jaxcomm.methods.train` checks before anything is built)."""
+        finite = lambda v: is_real(v) and math.isfinite(v)  # noqa: E731
+        c, n = self.compute, num_nodes
+        require(finite(c.seconds_per_step) and c.seconds_per_step > 0, "compute.seconds_per_step",
+                "a finite number of seconds > 0", c.seconds_per_step)
+        require(finite(c.jitter) and c.jitter >= 0, "compute.jitter", "a finite number >= 0", c.jitter)
+        for field, values in (("compute.speed", c.speed), ("uplinks", self.uplinks), ("downlinks", self.downlinks)):
+            require(not len(values) or len(values) == n, field, f"empty or one value per node ({n})", values)
+            for v in values:
+                require(is_real(v) and v > 0 and (field != "compute.speed" or math.isfinite(v)), field,
+                        "values > 0" + (", finite" if field == "compute.speed" else ""), values)
+        if len(c.trace):
+            trace = np.asarray(c.trace, float)
+            require(trace.ndim == 2 and trace.shape[0] == n and trace.shape[1] >= 1 and np.all(np.isfinite(trace))
+                    and np.all(trace > 0), "compute.trace", f"[{n}, S] finite seconds > 0", trace.shape)
+        if self.availability is not None:
+            a = self.availability
+            require(is_real(a.mean_up) and a.mean_up > 0, "availability.mean_up", "a number of seconds > 0 (inf: "
+                    "never off)", a.mean_up)
+            require(finite(a.mean_down) and a.mean_down >= 0, "availability.mean_down",
+                    "a finite number of seconds >= 0", a.mean_down)
+            for node, spans in dict(a.windows).items():
+                require(is_int(node) and 0 <= node < n, "availability.windows", f"nodes in [0, {n})", node)
+                for span in spans:
+                    require(len(span) == 2 and all(finite(v) for v in span) and 0 <= span[0] < span[1],
+                            "availability.windows", "(start, end) spans of 0 <= start < end", span)
+        links = [("link", self.link)] + [(f"edges[{k}]", v) for k, v in dict(self.edges).items()] + (
+            [("bottleneck", self.bottleneck)] if self.bottleneck is not None else [])
+        for field, link in links:
+            require(is_real(link.bandwidth) and link.bandwidth > 0, f"{field}.bandwidth",
+                    "a number of bytes per second > 0 (inf: instant)", link.bandwidth)
+            require(finite(link.latency) and link.latency >= 0, f"{field}.latency", "a finite number of seconds >= 0",
+                    link.latency)
+        for i, j in dict(self.edges):
+            require(is_int(i) and is_int(j) and 0 <= i < n and 0 <= j < n and i != j, "edges",
+                    f"(i, j) pairs of nodes in [0, {n}), i != j", (i, j))
 
     def link_between(self, i: int, j: int) -> Link:
         """The link from i to j: its edge's (or the cluster's), capped by i's uplink and j's downlink."""

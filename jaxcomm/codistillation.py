@@ -95,23 +95,25 @@ def make_codistillation(config: kit.RunConfig, model: nn.Module, *, image_shape:
     stale_predict = population.lift(lambda params, model_state, images: node_predict(
         population.NodeState(params, model_state, None), images), backend=pop.backend, in_axes=(0, 0, None))
 
-    def step(state: kit.NodesState, data: classifier.ShardData) -> tuple[kit.NodesState, CodistillationInfo]:
-        keys, batch = pop.draw(state, data)  # an isolated network's draws
+    def targets(state: kit.NodesState, batch: classifier.Minibatch, ctx: kit.Context):
         images = batch.images
         probs = stale_predict(*state.extra, images.reshape(n * b, *images.shape[2:])).reshape(n, n, b, num_classes)
         # node i's targets: the mean of the other nodes' stale predictions on its own minibatch
         others = (jnp.sum(probs, axis=0) - probs[jnp.arange(n), jnp.arange(n)]) / (n - 1)  # [N, B, C]
-        refreshed = (state.step + 1) % refresh_every == 0
-        state, info = pop.train(state, data, keys, batch, jax.lax.stop_gradient(others))
-        stale = jax.tree_util.tree_map(lambda new, old: jnp.where(refreshed, new, old),
-                                       (state.nodes.params, state.nodes.model_state), state.extra)
-        return state._replace(extra=stale), CodistillationInfo(*info, refreshed)
+        return (jax.lax.stop_gradient(others),)
+
+    def refresh(state: kit.NodesState, ctx: kit.Context):  # a node's copy every K of its own steps
+        refreshed = ctx.tick.due & (ctx.tick.steps % refresh_every == 0)
+        return state._replace(extra=population.where(refreshed, (state.nodes.params, state.nodes.model_state),
+                                                     state.extra))
 
     # each node's checkpoint to its N - 1 peers every K steps, in the background: the nodes train on while it
     # travels (Anil et al. exchange checkpoints asynchronously), waiting only if it takes over K steps
     checkpoint_bytes = 4 * pop.node_values
     traffic = (ledger.Round("allgather", float(checkpoint_bytes), every=refresh_every, blocking=False),)
-    built = pop.built(step, traffic=traffic, extra=lambda nodes: (nodes.params, nodes.model_state))
+    built = pop.built_with(kit.Communicator(
+        init=lambda nodes, key: (nodes.params, nodes.model_state), targets=targets, communicate=refresh,
+        traffic=traffic, info=lambda info, ctx: CodistillationInfo(*info, (ctx.step + 1) % refresh_every == 0)))
     return built.extended(Codistillation, refresh_every=refresh_every, weight=float(weight),
                           num_params=pop.num_params, checkpoint_bytes=checkpoint_bytes)
 
@@ -124,8 +126,7 @@ def codistillation(refresh_every: int, *, weight: float = 1.0, name: str | None 
         return make_codistillation(config, model, image_shape=image_shape, num_classes=num_classes,
                                    refresh_every=refresh_every, weight=weight)
 
-    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation",
-                          per_run=methods.KIT_PER_RUN)
+    return methods.Method(name or f"codistill_k{refresh_every}", build, family="codistillation")
 
 
 def train_codistillation(

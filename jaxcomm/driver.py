@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -292,8 +294,18 @@ class _StopOnSignal:
     def _handle(self, signum, frame):
         if self.flag.signum is not None:
             self.flag.acted = True  # raised for: nothing left to pass on
-            raise KeyboardInterrupt(f"signal {signum}")
+            if "ipykernel" in sys.modules:  # a notebook's kernel lives on: it gets the interrupt
+                raise KeyboardInterrupt(f"signal {signum}")
+            # a KeyboardInterrupt raised inside XLA (a compile in progress) can end the process in a segmentation
+            # fault: exit at once instead, with the shell's status for the signal; saved checkpoints stay
+            print(f"jaxcomm: signal {signum} again: exiting now (status {128 + signum})", file=sys.stderr,
+                  flush=True)
+            sys.stdout.flush()
+            os._exit(128 + signum)
         self.flag.signum = signum
+        if signum == signal.SIGINT:  # someone at the keyboard waits for an answer (a scheduler's SIGTERM does not)
+            print("jaxcomm: interrupted: stopping at the next check (after the compilation or chunk in progress); "
+                  "Ctrl-C again exits at once", file=sys.stderr, flush=True)
 
     def check(self) -> None:
         """Raises KeyboardInterrupt (from Python, between JAX calls) once a signal came (one process only)."""
@@ -340,10 +352,11 @@ def interruptible(fn: Callable | None = None):
     """Guards a whole call against SIGINT and SIGTERM: they stop it at the next check, never inside JAX.
 
     ``@driver.interruptible`` on a function, or ``with driver.interruptible():`` around a block. Within it
-    (main thread only), the first SIGINT/SIGTERM only sets a flag, so a signal while a network is built, its
-    backend is timed, or its first program compiles no longer raises KeyboardInterrupt inside XLA (after which
-    the interpreter could die of a segmentation fault at exit); a second one raises at once. The flag is
-    honoured at the next check:
+    (main thread only), the first SIGINT/SIGTERM only sets a flag (a SIGINT says so on stderr), so a signal while a
+    network is built, its backend is timed, or its first program compiles no longer raises KeyboardInterrupt
+    inside XLA (after which the interpreter could die of a segmentation fault); a second one ends the process at
+    once with status 128 + the signal (130 for SIGINT; checkpoints already saved stay), or, in a notebook's kernel,
+    raises KeyboardInterrupt. The flag is honoured at the next check:
 
     * every :func:`train` within the call shares it (its own guard nests, installing nothing): a signal that came
       before or during a run stops it at its next check, before its first chunk if it came earlier, and the run
@@ -365,8 +378,8 @@ def interruptible(fn: Callable | None = None):
       manager whose ``signum`` is the first signal that came within it (None before).
 
     Raises:
-      KeyboardInterrupt: a signal no run acted on (on leaving the block), a second signal (at once), or
-        a signal at an :func:`interruption_point`.
+      KeyboardInterrupt: a signal no run acted on (on leaving the block), a second signal in a notebook (at
+        once), or a signal at an :func:`interruption_point`.
     """
     if fn is None:
         return _Guard()

@@ -112,8 +112,8 @@ class RunConfig:
         require(is_int(self.redraw_every) and self.redraw_every >= 1, "redraw_every", "an integer >= 1",
                 self.redraw_every)
         require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
-        require(is_real(self.learning_rate) and self.learning_rate > 0, "learning_rate", "a number > 0",
-                self.learning_rate)
+        require(is_real(self.learning_rate) and 0 < self.learning_rate < float("inf"), "learning_rate",
+                "a finite number > 0", self.learning_rate)
         require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", f"one of {LR_SCHEDULES}", self.lr_schedule)
         require(self.partition in PARTITIONS, "partition", f"one of {PARTITIONS}", self.partition)
         require(is_real(self.dirichlet_alpha) and self.dirichlet_alpha > 0, "dirichlet_alpha", "a number > 0",
@@ -234,6 +234,65 @@ class LocalInfo(NamedTuple):
     indices: jax.Array
 
 
+class Context(NamedTuple):
+    """What a :class:`Communicator`'s hooks read of the tick they run in.
+
+    Attributes:
+      tick: the tick's row (:class:`Tick`): the nodes due, whether a round closes, its members, each node's steps.
+      key: the state's key before the tick: a method's own draws come from it by name
+        (:func:`jaxcomm.streams.named`), so they change no other draw.
+      step: ``[] int32`` ticks taken before this one.
+      settings: the run's :class:`RunSettings` (``settings.hyper[name]``: the method's swept values).
+      info: in ``communicate``, the tick's :class:`LocalInfo` (``loss [N]``, 0 where a node held); None before.
+    """
+
+    tick: Tick
+    key: jax.Array
+    step: jax.Array
+    settings: RunSettings
+    info: LocalInfo | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Communicator:
+    """What a method does beyond an isolated network's step, as a value: :meth:`Population.built_with` writes the
+    step once from it (tick, draw, targets, gradients, update, communicate) and, at their own pace, holds every
+    node that is neither due nor in a closing round, whatever the hooks did (:meth:`Population.hold`).
+
+    Every hook is optional; a communicator of no hooks is an isolated network.
+
+    Attributes:
+      init: ``init(nodes, key) -> extra``: the method's own state (``state.extra``) from the initial nodes and the
+        run's initialisation key (draw from it by name, :func:`jaxcomm.streams.named`).
+      targets: ``targets(state, batch, ctx) -> tuple`` of per-node arguments ``[N, ...]`` of the nodes' loss, given
+        after the targets (the loss given to :func:`nodes`; codistillation's peers' predictions), computed before
+        the update.
+      gradients: ``gradients(grads, state, ctx) -> (grads, state)``: between backward and update, the nodes'
+        gradients (leaves ``[N, ...]``; an all-reduce, a compressor with its memory in ``state.extra``).
+      communicate: ``communicate(state, ctx) -> state``: after the update (gossip, sparse averaging, a round's
+        outer step). ``state.step`` counts the tick just taken.
+      info: ``info(local_info, ctx) -> info``: the step's info (default the :class:`LocalInfo`, ``loss [N]`` and
+        ``indices [N, B]``).
+      traffic: what the method sends (:class:`jaxcomm.ledger.Round` values), or a function of the run's ``hyper``.
+      models_of: the models evaluated, ``models_of(state)`` (default every node's).
+      same_start: every node starts from one model (synchronous SGD's, local SGD's).
+      stacked: as :meth:`Population.built`.
+      extra_per_node: ``state.extra`` is every node's own (leaves ``[N, ...]``: a node's public copy, its
+        error-feedback memory), held with the nodes (:meth:`Population.hold`).
+    """
+
+    init: Callable | None = None
+    targets: Callable | None = None
+    gradients: Callable | None = None
+    communicate: Callable | None = None
+    info: Callable | None = None
+    traffic: Sequence[ledger.Round] | Callable = ()
+    models_of: Callable | None = None
+    same_start: bool = False
+    stacked: bool = True
+    extra_per_node: bool = False
+
+
 @dataclasses.dataclass(frozen=True)
 class Built:
     """One run's pure functions, what a method's ``build`` returns (:class:`jaxcomm.methods.Built`).
@@ -272,8 +331,15 @@ class Built:
         return state.nodes if self.evaluate_models is None else self.evaluate_models(state)
 
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
-        """What the schedule has sent after ``steps_done`` steps (:func:`jaxcomm.ledger.book`)."""
-        return ledger.book(self.traffic, self.config.num_nodes, steps_done)
+        """What the schedule has sent after ``steps_done`` steps (:func:`jaxcomm.ledger.book`); at its own pace, from
+        the timeline: the rounds that closed, with their members, and each node's own steps
+        (:func:`jaxcomm.ledger.book_at_own_pace`)."""
+        rows = getattr(state, "pace", None)
+        if rows is None or not steps_done:
+            return ledger.book(self.traffic, self.config.num_nodes, steps_done)
+        closes, members, steps = population.to_host((rows.closes[:steps_done], rows.members[:steps_done],
+                                                     rows.steps[steps_done - 1]))
+        return ledger.book_at_own_pace(self.traffic, steps, members[closes], waited_every=self.waits.every)
 
     def extended(self, cls: type, **fields) -> Built:
         """This value as ``cls`` (a subclass that adds a method's own fields), with ``fields`` set."""
@@ -301,6 +367,8 @@ class Population:
         :meth:`tick`, and of a run at its own pace (:func:`jaxcomm.pace.timeline`).
       held_nodes: ``train_nodes`` at its own pace, ``(due [N], *train_nodes' arguments)``: the nodes not due held
         and, where the lift allows, not computed (:func:`jaxcomm.population.lift_held`).
+      node_step: one node's step in halves (:class:`TunedStep`): a :class:`Communicator`'s ``gradients`` hook runs
+        between them.
     """
 
     config: RunConfig
@@ -317,6 +385,7 @@ class Population:
     edges: int
     waits: pace.Waits = pace.NOTHING
     held_nodes: Callable | None = None
+    node_step: TunedStep | None = None
 
     @property
     def layout(self) -> driver.Layout | None:
@@ -390,9 +459,72 @@ class Population:
         nodes = state.nodes._replace(params=params)
         return state._replace(nodes=nodes if model_state is None else nodes._replace(model_state=model_state))
 
+    def hold(self, before: NodesState, after: NodesState, tick: Tick, *, extra_per_node: bool = False
+             ) -> NodesState:
+        """``after`` with every node that is neither due nor in a round closing at ``tick`` as it was in ``before``
+        (and its own ``extra``, with ``extra_per_node``), at its own pace; in lockstep every node is due and
+        ``after`` is returned as it is. The kit's guarantee: a method cannot move a node that is not stepping,
+        whatever its step did."""
+        if after.pace is None:
+            return after
+        keep = tick.due | (tick.closes & tick.members)
+        held = after._replace(nodes=population.where(keep, after.nodes, before.nodes))
+        return held._replace(extra=population.where(keep, after.extra, before.extra)) if extra_per_node else held
+
+    def context(self, state: NodesState, data: classifier.ShardData) -> Context:
+        """The :class:`Context` of the tick ``state`` is about to take."""
+        return Context(self.tick(state), state.key, state.step, data.settings)
+
+    def train_with(self, gradients: Callable, state: NodesState, data: classifier.ShardData, keys: streams.StepKeys,
+                   batch: classifier.Minibatch, ctx: Context, *extra: jax.Array) -> tuple[NodesState, LocalInfo]:
+        """:meth:`train` with ``gradients(grads, state, ctx) -> (grads, state)`` between every node's backward pass
+        and its update (a :class:`Communicator`'s hook): every node is computed; at its own pace the kit's
+        :meth:`hold` keeps the ones not due."""
+        n = self.config.num_nodes
+        args = (data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
+                jax.random.split(keys.nodes, n))
+        axes = (None, *([0] * (len(args) - 1)))
+        grads, model_state, (loss, _) = population.lift(self.node_step.gradients, backend=self.backend,
+                                                        in_axes=axes)(*args)
+        grads, state = gradients(grads, state, ctx)
+        args = (args[0], state.nodes, *args[2:])
+        nodes = jax.vmap(self.node_step.update, in_axes=(axes, 0, 0))(args, grads, model_state)
+        return state._replace(nodes=nodes, step=state.step + 1, key=keys.next), LocalInfo(loss, batch.indices)
+
+    def built_with(self, communicator: Communicator) -> Built:
+        """A method's :class:`Built` from its :class:`Communicator`: the step written once here.
+
+        One tick: its :class:`Context` (read before the step), every node's minibatch from its own shard (an
+        isolated network's draws), the communicator's ``targets``, every node's backward pass, its ``gradients``,
+        the update (the nodes not due held), its ``communicate``; then the kit holds every node that is neither due
+        nor in a closing round (:meth:`hold`)."""
+        c = communicator
+
+        def step(state: NodesState, data: classifier.ShardData):
+            ctx = self.context(state, data)
+            keys, batch = self.draw(state, data)
+            extra = () if c.targets is None else tuple(c.targets(state, batch, ctx))
+            if c.gradients is None:
+                state, info = self.train(state, data, keys, batch, *extra)
+            else:
+                state, info = self.train_with(c.gradients, state, data, keys, batch, ctx, *extra)
+            if c.communicate is not None:
+                state = c.communicate(state, ctx._replace(info=info))
+            return state, info if c.info is None else c.info(info, ctx)
+
+        def init(key: jax.Array) -> NodesState:
+            state = self.init(key, same_start=c.same_start)
+            return state if c.init is None else state._replace(extra=c.init(state.nodes, streams.init_keys(key).nodes))
+
+        return self._built(step, init, traffic=c.traffic, models_of=c.models_of, stacked=c.stacked,
+                           extra_per_node=c.extra_per_node)
+
     def built(self, step: Callable, *, traffic: Sequence[ledger.Round] | Callable = (), extra: Callable | None = None,
-              same_start: bool = False, models_of: Callable | None = None, stacked: bool = True) -> Built:
-        """A method's :class:`Built` from its ``step(state, data) -> (state, info)``.
+              same_start: bool = False, models_of: Callable | None = None, stacked: bool = True,
+              extra_per_node: bool = False) -> Built:
+        """A method's :class:`Built` from its ``step(state, data) -> (state, info)``: the escape hatch beside
+        :meth:`built_with`, for a step of its own. At its own pace the kit still holds every node that is neither
+        due nor in a closing round after ``step`` (:meth:`hold`).
 
         Args:
           step: the method's step; ``info`` has ``loss [N]`` and ``indices [N, B]``.
@@ -404,10 +536,22 @@ class Population:
             together every step needs (averaging, peers' predictions, flat parameters); False lets the "loop" and
             "unrolled" lifts hold them apart between steps, faster for a step that reads them together only now
             and then (local SGD's round ends).
+          extra_per_node: as :class:`Communicator`.
         """
-        return Built(self.config, lambda key: self.init(key, extra=extra, same_start=same_start), step,
-                     self.predict, self.backend, self.step_loop, None if stacked else self.layout,
-                     traffic if callable(traffic) else tuple(traffic), models_of, self.family, waits=self.waits)
+        return self._built(step, lambda key: self.init(key, extra=extra, same_start=same_start), traffic=traffic,
+                           models_of=models_of, stacked=stacked, extra_per_node=extra_per_node)
+
+    def _built(self, step: Callable, init: Callable, *, traffic: Sequence[ledger.Round] | Callable,
+               models_of: Callable | None, stacked: bool, extra_per_node: bool) -> Built:
+        def held_step(state: NodesState, data: classifier.ShardData):
+            if state.pace is None:  # lockstep: every node steps
+                return step(state, data)
+            after, info = step(state, data)
+            return self.hold(state, after, self.tick(state), extra_per_node=extra_per_node), info
+
+        return Built(self.config, init, held_step, self.predict, self.backend, self.step_loop,
+                     None if stacked else self.layout, traffic if callable(traffic) else tuple(traffic), models_of,
+                     self.family, waits=self.waits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,4 +620,5 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
                       backend, step_loop, family, bandwidth.num_params(abstract.params),
                       bandwidth.num_params((abstract.params, abstract.model_state)), graph_fn,
                       int(first_graph(config).sum()), waits,
-                      population.lift_held(tuned, backend=backend, in_axes=in_axes, held=1, lifted=train_nodes))
+                      population.lift_held(tuned, backend=backend, in_axes=in_axes, held=1, lifted=train_nodes),
+                      tuned)

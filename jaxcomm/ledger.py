@@ -128,6 +128,28 @@ def book(traffic: tuple[Round, ...], num_nodes: int, steps_done: int) -> Booking
     return total
 
 
+def book_at_own_pace(traffic: tuple[Round, ...], node_steps, members, *, waited_every: int = 0) -> Booking:
+    """What a schedule has sent at its own pace, from what happened: a round the nodes wait for (``every`` equal to
+    ``waited_every``, :class:`jaxcomm.pace.Waits`) once per round that closed, among its members; any other round
+    once every ``every`` of each node's own steps.
+
+    Args:
+      traffic: the method's rounds.
+      node_steps: ``[N]`` each node's own steps so far.
+      members: ``[R, N] bool`` the members of each round that closed so far (R rounds).
+      waited_every: the period of the rounds the nodes wait for (0: they wait for none).
+    """
+    n, total = len(node_steps), Booking()
+    for r in traffic:
+        if waited_every and r.every == waited_every:
+            sent = sum(r.sent_per_round(int(k)) if r.pattern != "neighbours" else r.sent_per_round(n) * int(k) / n
+                       for k in (row.sum() for row in members))
+        else:  # every `every` of a node's own steps, its share of a round
+            sent = sum(int(s) // r.every for s in node_steps) * r.sent_per_round(n) / n
+        total = total + Booking(**{r.kind: float(sent)})
+    return total
+
+
 def per_node_step(traffic: tuple[Round, ...], num_nodes: int) -> float:
     """Bytes a schedule sends per node and step, on average over a round."""
     return sum(r.sent_per_round(num_nodes) / r.every for r in traffic) / num_nodes
@@ -148,10 +170,17 @@ def encoded(record: dict, *, raw_per_input: float, stored_per_input: float) -> d
 
 
 def record(booking: Booking, *, num_nodes: int, steps: int, data_model: str = "private",
-           encoding: str = "raw") -> dict:
+           encoding: str = "raw", node_steps: int | None = None) -> dict:
     """The ``bytes`` record of a run: ``total`` (all nodes, whole run), ``per_node_step`` and ``by_kind`` (per node
-    and step; 0 before the first step), the ``data_model`` and input ``encoding`` it was counted under."""
-    per = (lambda v: float(v) / (num_nodes * steps)) if steps else (lambda v: 0.0)
-    return {"total": booking.total, "per_node_step": per(booking.total),
-            "by_kind": {kind: per(v) for kind, v in zip(KINDS, booking, strict=True)},
-            "data_model": data_model, "encoding": encoding}
+    and step; 0 before the first step), the ``data_model`` and input ``encoding`` it was counted under.
+
+    At its own pace ``steps`` counts ticks and ``node_steps`` the nodes' own steps, all together: "per node step"
+    divides by those, and ``per_node_tick`` is per node and tick."""
+    count = num_nodes * steps if node_steps is None else node_steps
+    per = (lambda v: float(v) / count) if count else (lambda v: 0.0)
+    out = {"total": booking.total, "per_node_step": per(booking.total),
+           "by_kind": {kind: per(v) for kind, v in zip(KINDS, booking, strict=True)},
+           "data_model": data_model, "encoding": encoding}
+    if node_steps is not None:
+        out["per_node_tick"] = float(booking.total) / (num_nodes * steps) if steps else 0.0
+    return out

@@ -41,7 +41,7 @@ import optax
 from jaxcomm import classifier, driver, kit, ledger, methods, pace, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
-from jaxcomm.validation import require
+from jaxcomm.validation import is_real, require
 
 
 class LocalSGDInfo(NamedTuple):
@@ -74,6 +74,9 @@ class LocalSGD(kit.Built):
 
 def diloco_outer(learning_rate: float = 0.7, momentum: float = 0.9) -> optax.GradientTransformation:
     """DiLoCo's outer optimiser: SGD with Nesterov momentum (the paper's lr 0.7, momentum 0.9)."""
+    require(is_real(learning_rate) and 0 < learning_rate < float("inf"), "learning_rate",
+            "a finite outer learning rate > 0", learning_rate)
+    require(is_real(momentum) and 0 <= momentum < 1, "momentum", "a number in [0, 1)", momentum)
     return optax.sgd(learning_rate, momentum=momentum, nesterov=True)
 
 
@@ -111,15 +114,14 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
         start = population.node(nodes, 0)
         return population.stack([population.NodeState(start.params, start.model_state, outer.init(start.params))])
 
-    def step(state: kit.NodesState, data: classifier.ShardData) -> tuple[kit.NodesState, LocalSGDInfo]:
-        tick = pop.tick(state)  # lockstep: a round every H steps, every node in it
-        state, info = pop.local_step(state, data)  # an isolated network's draws
+    def outer_step(state: kit.NodesState, ctx: kit.Context) -> kit.NodesState:
+        tick = ctx.tick  # lockstep: a round every H steps, every node in it
         if quorum is None:
             nodes, glob = population.when_due(tick.closes, sync, state.nodes, state.extra)
         else:
             nodes, glob = population.when_due(tick.closes, functools.partial(merge, tick.members), state.nodes,
                                               state.extra)
-        return state._replace(nodes=nodes, extra=glob), LocalSGDInfo(*info, tick.closes)
+        return state._replace(nodes=nodes, extra=glob)
 
     def merge(members: jax.Array, nodes: population.NodeState, extra):
         """A quorum round's end: the outer step from the members' mean outer gradient, each from the global model
@@ -150,11 +152,13 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
         return restart, population.stack([glob])
 
     # one blocking ring all-reduce of the float32 parameters (or outer gradients) at every round's end
-    built = pop.built(step, traffic=(ledger.Round("allreduce", 4.0 * pop.num_params, every=sync_every),),
-                      extra=global_model if quorum is None else (lambda nodes: (global_model(nodes), nodes.params)),
-                      same_start=True, models_of=(lambda state: state.extra) if quorum is None else
-                      (lambda state: state.extra[0]),
-                      stacked=False)  # nodes read together only at a round's end
+    built = pop.built_with(kit.Communicator(
+        init=(lambda nodes, key: global_model(nodes)) if quorum is None else
+        (lambda nodes, key: (global_model(nodes), nodes.params)),
+        communicate=outer_step, info=lambda info, ctx: LocalSGDInfo(*info, ctx.tick.closes),
+        traffic=(ledger.Round("allreduce", 4.0 * pop.num_params, every=sync_every),), same_start=True,
+        models_of=(lambda state: state.extra) if quorum is None else (lambda state: state.extra[0]),
+        stacked=False))  # nodes read together only at a round's end
     predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
     return built.extended(LocalSGD, predict=predict, sync_every=sync_every, num_params=pop.num_params)
 
@@ -171,8 +175,7 @@ def local_sgd(sync_every: int, *, outer: optax.GradientTransformation | None = N
                               sync_every=sync_every, outer=outer, quorum=quorum, grace=grace)
 
     suffix = "" if quorum is None else f"_q{quorum}"
-    return methods.Method(name or f"local_sgd_h{sync_every}{suffix}", build, family="local_sgd", score="model",
-                          per_run=methods.KIT_PER_RUN)
+    return methods.Method(name or f"local_sgd_h{sync_every}{suffix}", build, family="local_sgd", score="model")
 
 
 def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9, quorum: int | None = None,

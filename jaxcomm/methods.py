@@ -16,7 +16,7 @@ the kit and the core, the same for every method:
 * :func:`bytes_of`: a result's bytes under either data model.
 
 The built-in methods are made where their code lives: :func:`jaxcomm.network.output_sharing` and
-:func:`jaxcomm.network.gossip_averaging` (Algorithm 2 with any exchange; gossip),
+:func:`jaxcomm.gossip.gossip_averaging` (Algorithm 2 with any exchange; gossip),
 :func:`jaxcomm.data_parallel.sync_sgd` (with any compressor, or PowerSGD),
 :func:`jaxcomm.local_sgd.local_sgd` / :func:`jaxcomm.local_sgd.diloco`,
 :func:`jaxcomm.codistillation.codistillation` and :func:`jaxcomm.sparta.sparta`. A researcher's own
@@ -34,8 +34,9 @@ from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
 import jax
+import numpy as np
 
-from jaxcomm import checkpoint, classifier, clock, data, driver, kit, ledger, pace, validation
+from jaxcomm import checkpoint, classifier, clock, data, driver, kit, ledger, pace, population, validation
 from jaxcomm import sweep as sweeps
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
@@ -44,6 +45,8 @@ BASE_PER_RUN = ("seed", "partition", "dirichlet_alpha")
 """Config fields runs of any method's sweep may vary: the seed (initialisation, every draw) and the shards."""
 KIT_PER_RUN = (*BASE_PER_RUN, "learning_rate")
 """Those of a method whose nodes are the kit's (:func:`jaxcomm.kit.nodes`): the learning rate is data of its step."""
+BUILD_KEYWORDS = ("cluster", "own_pace")
+"""What of a run a method's ``build`` may ask for (:attr:`Method.build_keywords`)."""
 
 
 class Built(Protocol):
@@ -89,7 +92,9 @@ class Method(NamedTuple):
       score: which accuracy the method is scored by: "collective" (the N nodes' collective decision,
         negentropy) or "model" (one shared model: its accuracy).
       per_run: config fields the runs of a sweep may vary (data of the one compiled step); any other
-        difference is refused, naming the field.
+        difference is refused, naming the field. Default :data:`KIT_PER_RUN`: the seed, the shards and the learning
+        rate, data of the step of every method built on the kit's nodes (a ``Built`` of its own may vary the
+        learning rate only where it declares ``per_run`` naming it).
       system: ``system(built, dataset, eval_split) -> driver.System`` where the method evaluates its own way
         (the network: reachable nodes, inbox counters); None: :func:`system_of`.
       initial: ``initial(built, config) -> state`` of a run in a sweep, where it is not ``built.init(key)``
@@ -107,13 +112,16 @@ class Method(NamedTuple):
       hyper: the method's own hyperparameters that are data of its step, with their values (``{"fraction": 0.01}``):
         the step reads ``data.settings.hyper[name]``, so :func:`train` and :func:`sweep` may set them per run
         (``hyper=``) under one compiled step.
+      build_keywords: what of the run ``build`` is also given, by keyword, of :data:`BUILD_KEYWORDS`: "cluster"
+        (the run's :class:`jaxcomm.clock.Cluster` or None: output sharing's messages in flight) and "own_pace"
+        (whether it trains at its own pace: gossip keeps its last received copies).
     """
 
     name: str
     build: Callable[..., Built]
     family: str = "other"
     score: str = "collective"
-    per_run: tuple[str, ...] = BASE_PER_RUN
+    per_run: tuple[str, ...] = KIT_PER_RUN
     system: Callable | None = None
     initial: Callable | None = None
     configure: Callable | None = None
@@ -121,6 +129,7 @@ class Method(NamedTuple):
     sweep_mode: str = "auto"
     settings: Callable | None = None
     hyper: Mapping[str, float] | None = None
+    build_keywords: tuple[str, ...] = ()
 
     def config_for(self, config: kit.RunConfig) -> kit.RunConfig:
         """The config a run of this method trains by."""
@@ -131,8 +140,11 @@ def bytes_record(built: Built, state, steps_done: int, *, data_model: str | None
     """The ``bytes`` record (:func:`jaxcomm.ledger.record`) of a run after ``steps_done`` steps, under
     ``data_model`` (default the config's)."""
     data_model = data_model or built.config.data_model
+    rows = getattr(state, "pace", None)  # at its own pace: per each node's own steps, and per tick
+    node_steps = None if rows is None else (int(population.to_host(rows.steps[steps_done - 1]).sum())
+                                            if steps_done else 0)
     return ledger.record(built.booking(state, steps_done, data_model), num_nodes=built.config.num_nodes,
-                         steps=steps_done, data_model=data_model)
+                         steps=steps_done, data_model=data_model, node_steps=node_steps)
 
 
 def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[str] = "test") -> driver.System:
@@ -179,17 +191,47 @@ def at_own_pace(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnP
     return dataclasses.replace(built, init=lambda key: init(key)._replace(pace=rows)), timeline
 
 
+def check_horizon(seconds: float, cluster: clock.Cluster | None, own_pace: pace.OwnPace | bool) -> None:
+    """Raises ValueError naming ``until_seconds`` unless it is a finite number > 0 of a run at its own pace."""
+    validation.require(validation.is_real(seconds) and 0 < seconds < float("inf"), "until_seconds",
+                       "a finite number of virtual seconds > 0", seconds)
+    if not own_pace or cluster is None:
+        raise ValueError("until_seconds: a horizon in virtual seconds needs own_pace=True and a cluster")
+
+
+def ticks_until(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnPace | bool, seconds: float) -> int:
+    """The ticks of ``built``'s run at its own pace on ``cluster`` whose virtual time is at or before ``seconds``
+    (its timeline, :func:`jaxcomm.pace.of_run`, simulated until it passes them); ValueError before anything
+    compiles for a horizon that is not a finite number > 0 or a run not at its own pace."""
+    check_horizon(seconds, cluster, own_pace)
+    config, traffic = built.config, () if callable(built.traffic) else built.traffic
+    count = max(16, config.num_steps)
+    while True:
+        timeline = pace.of_run(cluster, config.num_nodes, count, seed=config.seed, waits=built.waits, traffic=traffic,
+                               own_pace=own_pace)
+        if timeline.num_ticks and timeline.time[-1] > seconds:
+            return int(np.searchsorted(timeline.time, seconds, side="right"))
+        if count >= 1 << 24:
+            raise ValueError(f"until_seconds: {count} ticks reach {timeline.time[-1]:g} of {seconds:g} virtual "
+                             "seconds: are the cluster's step times > 0?")
+        count *= 2
+
+
 def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
           cluster: clock.Cluster | None = None, hyper: Mapping[str, float] | None = None,
           own_pace: pace.OwnPace | bool = False) -> Built:
-    """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` (and
-    ``own_pace``, where set) passed on to a ``build`` that takes them (whose training the links change: output
-    sharing's messages in flight)."""
-    passed = {"cluster": cluster} | ({"own_pace": own_pace} if own_pace else {})
+    """``method.build`` for ``dataset``'s image shape and classes, on the method's config; ``cluster`` and
+    ``own_pace`` passed on where the method declares them (:attr:`Method.build_keywords`)."""
+    if cluster is not None:  # a bad cluster fails here, naming its field, before the backend is timed
+        cluster.check(method.config_for(config).num_nodes)
+    values = hyper_of(method, hyper)  # and bad hyperparameters
+    unknown = set(method.build_keywords) - set(BUILD_KEYWORDS)
+    if unknown:
+        raise ValueError(f"{method.name}: build_keywords {sorted(unknown)} are not of {BUILD_KEYWORDS}")
+    passed = {"cluster": cluster, "own_pace": own_pace}
     built = method.build(method.config_for(config), model, image_shape=dataset.train.images.shape[1:],
-                         num_classes=dataset.num_classes,
-                         **{k: v for k, v in passed.items() if validation.takes_keyword(method.build, k)})
-    return _with_hyper(built, hyper_of(method, hyper))
+                         num_classes=dataset.num_classes, **{k: passed[k] for k in method.build_keywords})
+    return _with_hyper(built, values)
 
 
 @driver.interruptible
@@ -197,7 +239,8 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
           donate: bool | None = None, cluster: clock.Cluster | None = None,
-          hyper: Mapping[str, float] | None = None, own_pace: pace.OwnPace | bool = False) -> dict:
+          hyper: Mapping[str, float] | None = None, own_pace: pace.OwnPace | bool = False,
+          until_seconds: float | None = None) -> dict:
     """Trains one run of ``method`` under the one driver (:func:`jaxcomm.driver.train`).
 
     ``hyper``: values of the method's own hyperparameters (:attr:`Method.hyper`) for this run.
@@ -211,13 +254,23 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
     (``built.waits``) waits; every record's ``clock`` is the timeline's and its ``pace`` holds each node's steps
     and virtual time and the goodput (:meth:`jaxcomm.pace.Timeline.record`).
 
+    ``until_seconds`` (at its own pace): a horizon in virtual seconds instead of ``config.num_steps``: the run takes
+    every tick at or before it (:func:`ticks_until`), however many ticks that is for this method and cluster.
+
     Returns:
       The driver's dict (``history``: one record per evaluation with ``bytes``, and ``clock`` under a cluster;
       ``final``; ``state``; ...) plus ``built`` (the :class:`Built`), ``method`` (its name) and ``bytes`` (the
       final record's).
     """
+    if until_seconds is not None:
+        check_horizon(until_seconds, cluster, own_pace)
     built = build(method, checkpoint.pinned(checkpointer, config), model, dataset, cluster=cluster, hyper=hyper,
                   own_pace=own_pace)
+    if until_seconds is not None:
+        ticks = ticks_until(built, cluster, own_pace, until_seconds)
+        if ticks != built.config.num_steps:  # the schedule (a cosine decay) is built for the run's steps
+            built = build(method, checkpoint.pinned(checkpointer, config.replace(num_steps=ticks)), model, dataset,
+                          cluster=cluster, hyper=hyper, own_pace=own_pace)
     timeline = None
     if own_pace:
         built, timeline = at_own_pace(built, cluster, own_pace)
@@ -233,21 +286,28 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
 
 def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset,
          directory: str, *, eval_split: str | Sequence[str] = "test", cluster: clock.Cluster | None = None,
-         hyper: Mapping[str, float] | None = None) -> dict:
+         hyper: Mapping[str, float] | None = None, own_pace: pace.OwnPace | bool = False) -> dict:
     """A trained run back from its checkpoints in ``directory`` (a :class:`jaxcomm.checkpoint.Checkpointer`'s
     folder, e.g. ``<out>/checkpoints/<run>`` of an experiment run with ``--keep-checkpoints``), without a
     training step: :func:`train`'s dict at the latest checkpoint (``state``: every node's parameters, model and
     optimiser state; ``history``; ``best``: the best-by-validation values where the run kept them).
 
     ``config`` must build the run's structure (its nodes, model, method); its ``num_steps`` is read from the
-    checkpoint. Raises FileNotFoundError without a checkpoint, ValueError for one of another structure.
+    checkpoint; a run at its own pace is loaded with its ``cluster`` and ``own_pace`` (its timeline is in the state).
+    Raises FileNotFoundError without a checkpoint, ValueError for one of another structure.
     """
     checkpointer = Checkpointer(directory, every=1, resume=True)
     steps = checkpointer.latest_step()
     if steps is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
-    return train(method, config.replace(num_steps=steps), model, dataset, eval_split=eval_split, progress=False,
-                 checkpointer=checkpointer, cluster=cluster, hyper=hyper)
+    try:
+        return train(method, config.replace(num_steps=steps), model, dataset, eval_split=eval_split, progress=False,
+                     checkpointer=checkpointer, cluster=cluster, hyper=hyper, own_pace=own_pace)
+    except ValueError as error:
+        if own_pace or "arrays, the run expects" not in str(error):
+            raise
+        raise ValueError(f"{error} (a run trained at its own pace holds its timeline: load it with its cluster= "
+                         "and own_pace=)") from None
 
 
 def hyper_of(method: Method, hyper: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -257,7 +317,11 @@ def hyper_of(method: Method, hyper: Mapping[str, float] | None = None) -> dict[s
         if name not in own:
             raise ValueError(f"{method.name} has no hyperparameter {name!r}"
                              f"{validation.did_you_mean(name, list(own)) or '.'} Its own: {sorted(own) or 'none'}")
-    return own | dict(hyper or {})
+    values = own | dict(hyper or {})
+    for name, value in values.items():  # data of the compiled step: a NaN would only show as a diverging loss
+        validation.require(validation.is_real(value) and np.isfinite(value), f"hyper[{name!r}]", "a finite number",
+                           value)
+    return values
 
 
 def _settings(method: Method, config: kit.RunConfig, hyper: Mapping[str, float]):
@@ -324,6 +388,11 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     values = [hyper_of(method, hyper if hyper is None or isinstance(hyper, Mapping) else hyper[r])
               for r in range(len(configs))]
     first = build(method, configs[0], model, dataset, cluster=cluster, own_pace=own_pace)
+    if (method.per_run == KIT_PER_RUN and not isinstance(first, kit.Built)
+            and len({c.learning_rate for c in configs}) > 1):
+        raise ValueError(f"runs of a sweep of {method.name} must share learning_rate: its Built "
+                         f"({type(first).__name__}) is not the kit's, whose step reads it as data; declare per_run "
+                         "naming learning_rate if its step reads data.settings.learning_rate")
     checkpoint.record_lift(checkpointer, first)
     builts = [_with_hyper(dataclasses.replace(first, config=c) if dataclasses.is_dataclass(first)
                           else first._replace(config=c), h) for c, h in zip(configs, values, strict=True)]

@@ -496,20 +496,6 @@ def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax
     return failures
 
 
-def in_neighbours(adj: np.ndarray) -> tuple[np.ndarray, jax.Array]:
-    """``(senders [N, D] int32, weights [N, D + 1] float32)`` of a static graph: each node's in-neighbours (padded
-    with itself at weight 0 to the largest in-degree D) and its gossip weights, itself first
-    (:func:`jaxcomm.topology.mixing_matrix`'s: ``1 / (1 + in-degree)`` each)."""
-    adj = np.asarray(adj, bool)
-    n = adj.shape[0]
-    lists = [np.flatnonzero(adj[:, j]) for j in range(n)]
-    depth = max(1, max(len(senders) for senders in lists))
-    senders = np.array([list(s) + [j] * (depth - len(s)) for j, s in enumerate(lists)], np.int32)
-    weights = np.array([[1.0] + [1.0] * len(s) + [0.0] * (depth - len(s)) for s in lists], np.float32)
-    weights /= np.array([1 + len(s) for s in lists], np.float32)[:, None]
-    return senders, jnp.asarray(weights)
-
-
 def gossip_due(step, every: int):
     """Whether the gossip averaging runs after step ``step`` (0-based; a traced or a host integer)."""
     return (step + 1) % every == 0
@@ -945,7 +931,8 @@ def initial_state(net: Network, config: NetworkConfig, graph: Graph) -> NetworkS
 
 
 
-def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, name: str | None = None):
+def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, name: str | None = None
+                   ) -> methods.Method:
     """Algorithm 2 as a method (:class:`jaxcomm.methods.Method`): nodes broadcast minibatches with what
     ``exchange`` says about them (None: the config's named content; :func:`jaxcomm.exchange.none`: isolated
     nodes) over ``graph`` (None: the config's topology). Its sweep is :func:`jaxcomm.sweep.train_networks`'
@@ -962,82 +949,7 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, na
         system=lambda net, dataset, eval_split: system(net, split_evaluator(dataset, eval_split)),
         initial=lambda net, config: initial_state(net, config, graph),
         check=lambda configs: check_structure(configs, [graph] * len(configs)), configure=as_network_config,
-        settings=settings)
-
-
-def gossip_averaging(every: int, *, num_neighbours: int = 2, name: str | None = None) -> methods.Method:
-    """Gossip averaging as a method on the kit's nodes (:func:`jaxcomm.kit.nodes`): isolated nodes on a ring of
-    ``num_neighbours`` out-neighbours that average their parameters and BatchNorm statistics with their
-    in-neighbours every ``every`` steps; the ledger books one copy of a node's model per edge and round. The same
-    arithmetic as an isolated network with ``gossip_every=every`` (tested), which also lets nodes fail.
-
-    At its own pace (:mod:`jaxcomm.pace`) no node waits: every ``every`` of its own steps a node sends its values to
-    its out-neighbours and averages with the last copies it received from its in-neighbours (kept in
-    ``state.extra``, ``[N, D, ...]`` for in-degree D; a copy arrives within the tick it is sent)."""
-
-    def build(config, model, *, image_shape, num_classes, own_pace=False):
-        pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, static_graph=True)
-        senders, weights = in_neighbours(kit.first_graph(config))  # gossip's ring: every seed's
-
-        def step(state: kit.NodesState, data):
-            if state.pace is not None:
-                return own_pace_step(state, data)
-            state, info = pop.local_step(state, data)
-            mix = gossip(every)(state.step - 1, state.graph, state.nodes)  # the step just taken, 0-based
-            return state._replace(nodes=mix), info
-
-        def own_pace_step(state: kit.NodesState, data):
-            tick = pop.tick(state)
-            state, info = pop.local_step(state, data)
-            sends = tick.due & (tick.steps % every == 0)  # [N] a node's own gossip step
-            values = (state.nodes.params, state.nodes.model_state)
-            arrived = sends[senders]  # [N, D]: the copies that reach each receiver now
-            copies = jax.tree_util.tree_map(
-                lambda copy, value: jnp.where(arrived.reshape(arrived.shape + (1,) * (copy.ndim - 2)), value[senders],
-                                              copy), state.extra, values)
-            mixed = jax.tree_util.tree_map(
-                lambda value, copy: (weights[:, 0].reshape((-1,) + (1,) * (value.ndim - 1)) * value
-                                     + jnp.einsum("nd,nd...->n...", weights[:, 1:], copy)).astype(value.dtype),
-                values, copies)
-            params, model_state = population.where(sends, mixed, values)
-            return state._replace(nodes=state.nodes._replace(params=params, model_state=model_state),
-                                  extra=copies), info
-
-        def first_copies(nodes):  # each node holds its in-neighbours' initial values
-            return jax.tree_util.tree_map(lambda value: value[senders], (nodes.params, nodes.model_state))
-
-        traffic = (ledger.Round("neighbours", 4.0 * pop.node_values, every=every, edges=pop.edges),)
-        return pop.built(step, traffic=traffic, extra=first_copies if own_pace else None)
-
-    return methods.Method(name or f"gossip_{every}", build, family="gossip", per_run=methods.KIT_PER_RUN,
-                          configure=lambda c: c.replace(topology="ring", num_neighbours=num_neighbours))
-
-
-def random_peer_gossip(every: int, *, name: str | None = None) -> methods.Method:
-    """NoLoCo-style gossip (Kolehmainen et al. 2025, "NoLoCo"): every ``every`` of its own steps a node fetches the
-    current model of one peer drawn at random (stream ``"random_peer"``) and averages with it, parameters and
-    BatchNorm statistics, half and half; no all-reduce and no fixed graph. Waits for nothing: at its own pace the
-    peer's model is the one after its last completed step. The ledger books one model per node and round."""
-
-    def build(config, model, *, image_shape, num_classes):
-        pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes)
-        n = config.num_nodes
-
-        def step(state: kit.NodesState, data):
-            tick = pop.tick(state)
-            draw = streams.named(state.key, "random_peer")  # before the local step advances the key
-            state, info = pop.local_step(state, data)
-            peers = (jnp.arange(n) + jax.random.randint(draw, (n,), 1, max(n, 2))) % n  # anyone but itself
-            averages = tick.due & (tick.steps % every == 0)
-            values = (state.nodes.params, state.nodes.model_state)
-            mixed = jax.tree_util.tree_map(lambda v: ((v + v[peers]) / 2).astype(v.dtype), values)
-            params, model_state = population.where(averages, mixed, values)
-            return state._replace(nodes=state.nodes._replace(params=params, model_state=model_state)), info
-
-        traffic = (ledger.Round("neighbours", 4.0 * pop.node_values, every=every, edges=n, blocking=False),)
-        return pop.built(step, traffic=traffic)
-
-    return methods.Method(name or f"random_peer_{every}", build, family="gossip", per_run=methods.KIT_PER_RUN)
+        settings=settings, build_keywords=("cluster", "own_pace"))
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:

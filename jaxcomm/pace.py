@@ -102,7 +102,7 @@ class Timeline(NamedTuple):
 
     Attributes:
       time: ``[T]`` seconds at tick t (the latest step end it takes; a round's close, after its transfer, where one
-        closes).
+        closes), non-decreasing: a tick after a close is read at that close at least.
       due: ``[T, N] bool`` the nodes whose step ends at tick t.
       closes: ``[T] bool``; members: ``[T, N] bool``: the rounds (:class:`Waits`).
       steps: ``[T, N]`` each node's steps after tick t.
@@ -148,7 +148,7 @@ class Timeline(NamedTuple):
             return 1.0
         n = self.due.shape[1]
         seconds = self.time[ticks - 1]
-        return float(self.useful[ticks - 1] / (n * seconds)) if seconds > 0 else 1.0
+        return min(1.0, float(self.useful[ticks - 1] / (n * seconds))) if seconds > 0 else 1.0  # no float overshoot
 
     def collapsed(self, num_rounds: int) -> Timeline:
         """One tick per closed round, for a method that steps every node together once per round (synchronous SGD:
@@ -183,9 +183,12 @@ class Timeline(NamedTuple):
 
 class _Durations:
     """Each node's step durations in order, drawn from its own stream (``pace/jitter``, the node, the seed): a
-    node's k-th duration is the same whatever the others do."""
+    node's k-th duration is the same whatever the others do, and however its stream is drawn in blocks (a
+    Generator's lognormal draws do not depend on the block sizes, tested)."""
 
-    def __init__(self, compute: clock.Compute, num_nodes: int, seed: int, block: int):
+    FIRST_BLOCK = 64  # a node's first draws; each later block doubles them: less than twice what it uses
+
+    def __init__(self, compute: clock.Compute, num_nodes: int, seed: int):
         self.base = compute.step_seconds(num_nodes)
         self.trace = None if not len(compute.trace) else np.asarray(compute.trace, float)
         if self.trace is not None:
@@ -195,9 +198,16 @@ class _Durations:
         self.sigma, self.mu = math.sqrt(sigma2), -sigma2 / 2
         self.rngs = [np.random.default_rng((streams.stream_id("pace/jitter"), seed & 0x7FFFFFFF, i))
                      for i in range(num_nodes)]
-        self.block = max(1, block)
         self.drawn = [np.empty(0)] * num_nodes
         self.used = np.zeros(num_nodes, int)
+
+    def _factors(self, i: int, count: int) -> np.ndarray:
+        """``[>= count]`` node i's lognormal factors, drawn on until there are ``count`` of them."""
+        drawn = self.drawn[i]
+        if count > len(drawn):
+            more = max(count - len(drawn), len(drawn), self.FIRST_BLOCK)
+            self.drawn[i] = drawn = np.concatenate([drawn, self.rngs[i].lognormal(self.mu, self.sigma, more)])
+        return drawn
 
     def next(self, i: int) -> float:
         k = self.used[i]
@@ -205,9 +215,15 @@ class _Durations:
         nominal = self.base[i] if self.trace is None else self.trace[i, k % self.trace.shape[1]]
         if self.sigma == 0:
             return float(nominal)
-        if k >= len(self.drawn[i]):
-            self.drawn[i] = np.concatenate([self.drawn[i], self.rngs[i].lognormal(self.mu, self.sigma, self.block)])
-        return float(nominal * self.drawn[i][k])
+        return float(nominal * self._factors(i, k + 1)[k])
+
+    def first(self, count: int) -> np.ndarray:
+        """``[N, count]`` each node's first ``count`` durations: what ``count`` calls of :meth:`next` give."""
+        k = np.arange(count)
+        nominal = self.base[:, None] if self.trace is None else self.trace[:, k % self.trace.shape[1]]
+        if self.sigma == 0:
+            return np.broadcast_to(nominal, (len(self.base), count)).astype(float)
+        return nominal * np.stack([self._factors(i, count)[:count] for i in range(len(self.base))])
 
 
 class _Availability:
@@ -249,8 +265,8 @@ class _Availability:
 class _Nodes:
     """N nodes' event-ordered state: each one's step in progress, its counts, and the round it reports to."""
 
-    def __init__(self, cluster: clock.Cluster, n: int, seed: int, num_ticks: int):
-        self.durations = _Durations(cluster.compute, n, seed, block=num_ticks + 16)
+    def __init__(self, cluster: clock.Cluster, n: int, seed: int):
+        self.durations = _Durations(cluster.compute, n, seed)
         self.off = _Availability(cluster.availability, n, seed)
         self.ready = np.zeros(n)  # the end of each node's step in progress (inf: waiting for its round)
         self.began = np.zeros(n)  # its start
@@ -336,27 +352,74 @@ def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: in
       resolution: seconds within which step ends are taken in one tick (0: only equal times).
       round_seconds: a round's transfer, from its last report until it closes (and its members restart).
     """
+    return _simulate(cluster, num_nodes, num_ticks, seed=seed, waits=waits, resolution=resolution,
+                     round_seconds=round_seconds)
+
+
+def _simulate(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int, waits: Waits,
+              resolution: float, round_seconds: float, rounds: int | None = None) -> Timeline:
+    """:func:`timeline`; with ``rounds``, only the ticks at which a round closes, and none after the ``rounds``-th
+    (what :meth:`Timeline.collapsed` keeps of the first ``num_ticks`` ticks, without simulating the rest)."""
     n = num_nodes
     waits.check(n)
     require(is_int(num_ticks) and num_ticks >= 0, "num_ticks", "an integer >= 0", num_ticks)
     require(is_real(resolution) and resolution >= 0, "resolution", "a number >= 0", resolution)
-    nodes, quorum = _Nodes(cluster, n, seed, num_ticks), waits.quorum or n
+    nodes, quorum = _Nodes(cluster, n, seed), waits.quorum or n
     out = {name: [] for name in ("time", "due", "closes", "members", "steps", "node_time", "node_start", "useful",
                                  "lost")}
     for t in range(num_ticks):
+        if rounds is not None and nodes.closed >= rounds:
+            break
         due, time = nodes.take(resolution, waits)
         closed = nodes.close(t, waits, quorum, round_seconds)
+        if rounds is not None and closed is None:
+            continue
         members = np.zeros(n, bool) if closed is None else closed[0]
         time = time if closed is None else max(time, closed[1])
+        if out["time"]:  # time never runs backwards: a tick after a round's close is read at that close at least
+            time = max(time, out["time"][-1])
         for name, value in (("time", time), ("due", due), ("closes", closed is not None), ("members", members),
                             ("steps", nodes.steps.copy()), ("node_time", nodes.last_end.copy()),
                             ("node_start", nodes.last_start.copy()), ("useful", nodes.useful), ("lost", nodes.lost)):
             out[name].append(value)
     arrays = {k: np.asarray(v) for k, v in out.items()}
-    if num_ticks == 0:
+    if not out["time"]:
         arrays |= {"due": np.zeros((0, n), bool), "members": np.zeros((0, n), bool), "steps": np.zeros((0, n), int),
                    "node_time": np.zeros((0, n)), "node_start": np.zeros((0, n))}
     return Timeline(**arrays, staleness=nodes.staleness, resolution=float(resolution))
+
+
+def _always_on(availability: clock.Availability | None) -> bool:
+    """Whether no node ever goes off (:class:`_Availability` draws no window): no process and no window given."""
+    return availability is None or (not math.isfinite(availability.mean_up)
+                                    and not any(len(spans) for spans in dict(availability.windows).values()))
+
+
+def _lockstep_rounds(cluster: clock.Cluster, num_nodes: int, num_rounds: int, *, seed: int, resolution: float,
+                     round_seconds: float) -> Timeline:
+    """The first ``num_rounds`` rounds of synchronous SGD (:data:`LOCKSTEP`) on a cluster whose nodes are always on,
+    collapsed (:meth:`Timeline.collapsed`), in closed form: round k's nodes all start at the previous round's close
+    ``s[k]`` (0 for the first), node i's step ends at ``s[k] + d[k, i]`` (its k-th duration), and the round closes at
+    the latest end plus its transfer. Equal, bit for bit, to the event-ordered timeline of ``num_rounds x N``
+    ticks collapsed (tested): the same float64 operations in the same order, on the same draws (T per node, not
+    T x N), in O(T N) vectorised work instead of T x N ticks simulated one by one."""
+    n, t = num_nodes, num_rounds
+    require(is_real(resolution) and resolution >= 0, "resolution", "a number >= 0", resolution)
+    d = _Durations(cluster.compute, n, seed).first(t).T  # [T, N]
+    longest = d.max(axis=1)  # max_i (s + d_i) == s + max_i d_i: rounding to nearest is monotonic
+    start, close, at = np.empty(t), np.empty(t), 0.0
+    for k in range(t):  # the only sequential part: a round starts at the previous one's close
+        start[k] = at
+        at = at + longest[k] + round_seconds
+        close[k] = at
+    node_time = start[:, None] + d  # [T, N]
+    node_start = np.repeat(start[:, None], n, axis=1)
+    seconds = node_time - node_start  # [T, N] each member's step as the event loop measures it (end - start)
+    merged = np.array([row.sum() for row in seconds])  # [T] one round's at a time, as the event loop sums them
+    every = np.ones((t, n), bool)
+    return Timeline(close, every, np.ones(t, bool), every, np.repeat(np.arange(1, t + 1)[:, None], n, axis=1),
+                    node_time, node_start, np.cumsum(merged), np.zeros(t),
+                    [(k, float(close[k] - start[k]), 0) for k in range(t)], float(resolution))
 
 
 def lockstep(num_nodes: int, num_ticks: int, waits: Waits = NOTHING) -> Rows:
@@ -408,13 +471,20 @@ def own_pace_of(own_pace: OwnPace | bool) -> OwnPace:
 def of_run(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int, waits: Waits,
            traffic=(), own_pace: OwnPace | bool = True) -> Timeline:
     """The timeline of one run: :func:`timeline` with the round transfer of the method's blocking rounds
-    (``traffic``, :class:`jaxcomm.ledger.Round` values) on the cluster's links."""
+    (``traffic``, :class:`jaxcomm.ledger.Round` values) on the cluster's links. Synchronous SGD's
+    (:data:`LOCKSTEP`) has one tick per round (:meth:`Timeline.collapsed`), in closed form where no node goes off
+    (O(T N) work), else simulated up to its T-th round's close (at most T x N ticks)."""
     settings = own_pace_of(own_pace)
     round_seconds = sum(clock.round_seconds(r, cluster, num_nodes) for r in traffic if r.blocking)
     resolution = settings.resolution_for(cluster.compute, num_nodes)
     if waits == LOCKSTEP:  # one compiled step per round: a round's ticks collapsed into one
-        return timeline(cluster, num_nodes, num_ticks * num_nodes, seed=seed, waits=waits, resolution=resolution,
-                        round_seconds=round_seconds).collapsed(num_ticks)
+        require(is_int(num_ticks) and num_ticks >= 0, "num_ticks", "an integer >= 0", num_ticks)
+        if _always_on(cluster.availability) and num_nodes >= 1:
+            return _lockstep_rounds(cluster, num_nodes, num_ticks, seed=seed, resolution=resolution,
+                                    round_seconds=round_seconds)
+        # a round takes at most N ticks (each ends one member's step): T rounds close within T x N of them
+        return _simulate(cluster, num_nodes, num_ticks * num_nodes, seed=seed, waits=waits, resolution=resolution,
+                         round_seconds=round_seconds, rounds=num_ticks).collapsed(num_ticks)
     return timeline(cluster, num_nodes, num_ticks, seed=seed, waits=waits, resolution=resolution,
                     round_seconds=round_seconds)
 

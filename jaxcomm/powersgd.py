@@ -41,11 +41,13 @@ class CollectiveCompressor(NamedTuple):
       init: ``init(params, num_nodes, key) -> state``.
       reduce: ``reduce(grads [N, ...], state) -> (mean estimate, state)``, pure.
       message_bytes: ``message_bytes(params) -> int``, one node's share of the all-reduce.
+      name: what it is (``powersgd_r<rank>``), the default name of synchronous SGD with it.
     """
 
     init: Callable[[PyTree, int, jax.Array], PyTree]
     reduce: Callable[[PyTree, PyTree], tuple[PyTree, PyTree]]
     message_bytes: Callable[[PyTree], int]
+    name: str = "powersgd"
 
 
 def _matrix_shape(shape: tuple[int, ...]) -> tuple[int, int, bool] | None:
@@ -105,4 +107,4 @@ def power_sgd(rank: int, *, feedback: bool = True) -> CollectiveCompressor:
             total += FLOAT_BYTES * (size if matrix is None else (matrix[0] + matrix[1]) * min(rank, matrix[0]))
         return total
 
-    return CollectiveCompressor(init, reduce, message_bytes)
+    return CollectiveCompressor(init, reduce, message_bytes, f"powersgd_r{rank}")

@@ -39,18 +39,16 @@ def sparta(fraction: float, num_neighbours: int = 0, *, name: str | None = None)
     def build(config, model, *, image_shape, num_classes):
         pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, static_graph=True)
 
-        def step(state: kit.NodesState, data):
-            mask_key = streams.named(state.key, "sparta")
-            state, info = pop.local_step(state, data)
-            weights, p = topology.mixing_matrix(state.graph), data.settings.hyper["fraction"]
-            return pop.with_params(state, sparse_mix(mask_key, p, weights, pop.params(state))), info
+        def communicate(state: kit.NodesState, ctx: kit.Context):  # the same coordinates on every node
+            mask_key, p = streams.named(ctx.key, "sparta"), ctx.settings.hyper["fraction"]
+            return pop.with_params(state, sparse_mix(mask_key, p, topology.mixing_matrix(state.graph),
+                                                     pop.params(state)))
 
         def traffic(hyper):  # every step, blocking: p x P float32 values along each edge (the mask's expected count)
             p = hyper.get("fraction", fraction)
             return (ledger.Round("neighbours", 4.0 * round(p * pop.num_params), edges=pop.edges),)
 
-        return pop.built(step, traffic=traffic)
+        return pop.built_with(kit.Communicator(communicate=communicate, traffic=traffic))
 
     label = name or f"sparta_{fraction:g}" + (f"_ring{num_neighbours}" if num_neighbours else "")
-    return methods.Method(label, build, family="sparse_averaging", configure=ring, per_run=methods.KIT_PER_RUN,
-                          hyper={"fraction": fraction})
+    return methods.Method(label, build, family="sparse_averaging", configure=ring, hyper={"fraction": fraction})

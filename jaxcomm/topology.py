@@ -38,7 +38,11 @@ __all__ = [
     "named",
     "validate_adjacency",
     "in_degree",
+    "in_neighbours",
     "out_degree",
+    "one_peer_exponential",
+    "mixing_matrix",
+    "mix",
 ]
 
 #: The topologies :func:`named` builds.
@@ -482,3 +486,52 @@ def mix(weights: jax.Array, tree):
     """``W @ x`` along the node axis of every leaf ``[N, ...]`` of ``tree``: one gossip round."""
     return jax.tree_util.tree_map(
         lambda leaf: jnp.tensordot(weights, leaf.astype(jnp.float32), axes=1).astype(leaf.dtype), tree)
+
+
+def in_neighbours(adj: np.ndarray) -> tuple[np.ndarray, jax.Array]:
+    """``(senders [N, D] int32, weights [N, D + 1] float32)`` of a static graph: each node's in-neighbours (padded
+    with itself at weight 0 to the largest in-degree D) and its gossip weights, itself first
+    (:func:`jaxcomm.topology.mixing_matrix`'s: ``1 / (1 + in-degree)`` each)."""
+    adj = np.asarray(adj, bool)
+    n = adj.shape[0]
+    lists = [np.flatnonzero(adj[:, j]) for j in range(n)]
+    depth = max(1, max(len(senders) for senders in lists))
+    senders = np.array([list(s) + [j] * (depth - len(s)) for j, s in enumerate(lists)], np.int32)
+    weights = np.array([[1.0] + [1.0] * len(s) + [0.0] * (depth - len(s)) for s in lists], np.float32)
+    weights /= np.array([1 + len(s) for s in lists], np.float32)[:, None]
+    return senders, jnp.asarray(weights)
+
+
+def one_peer_exponential(num_nodes: int) -> GraphFn:
+    """SGP's time-varying directed exponential graph with one peer per step, as a :data:`GraphFn`.
+
+    At step ``t`` node ``i`` sends to the single peer ``(i + 2**(t mod ceil(log2 N))) mod N``: the offsets of
+    :func:`exponential` taken one at a time, 1 first. Every node has out-degree and in-degree 1 at every step
+    (the offsets are a permutation), and for N a power of two ``log2 N`` consecutive steps of push-sum with
+    weights 1/2 average exactly. N = 1 gives no edges. Jittable in a traced ``step``; the key is unused.
+
+    Args:
+        num_nodes: N >= 1.
+
+    Returns:
+        ``graph(key, step) -> bool [N, N]``, ``adj[i, j]`` = node i sends to node j at ``step``.
+
+    Raises:
+        TypeError: if ``num_nodes`` is not an int.
+        ValueError: if N < 1.
+
+    References:
+        Assran, Loizou, Ballas, Rabbat (2019), "Stochastic Gradient Push for Distributed Deep Learning", ICML,
+        §5 and the appendix (one peer per iteration, cycling through the peers 2^0, 2^1, ... hops away);
+        facebookresearch/stochastic_gradient_push, ``NPeerDynamicDirectedExponentialGraph`` with one peer.
+    """
+    n = _check_num_nodes(num_nodes)
+    offsets = jnp.asarray([2**k for k in range((n - 1).bit_length())] or [0], jnp.int32)  # ceil(log2 N) of them
+
+    def graph(key: jax.Array, step: int | jax.Array) -> jax.Array:
+        nodes = jnp.arange(n)
+        peer = (nodes + offsets[jnp.asarray(step) % offsets.shape[0]]) % n
+        return (nodes[None, :] == peer[:, None]) & (n > 1)
+
+    graph.__name__ = f"one_peer_exponential_{n}"
+    return graph

@@ -6,12 +6,16 @@
   chapter-2 recipe's sharing settings (p_c, p_b, tau); rows ``isolated``, ``true_labels``, ``logits``, ``features``;
 * ``sync``: synchronous SGD, dense all-reduce (``sync_sgd``);
 * ``gossip:<k>``: gossip averaging every k steps on a ring (``gossip_<k>``);
-* ``<top_k|random_k>:<fraction>``, ``sign``, ``qsgd:<levels>``, each optionally ``:whole``/``:layer`` and
-  ``:ef``/``:noef``: synchronous SGD with a compressor (:mod:`jaxcomm.compression`; error feedback by default
-  for the biased top-k and sign); rows ``top_k_1pct``, ``sign``, ``qsgd_4lvl_ef``, ...;
+* ``<top_k|random_k|induced>:<fraction>``, ``sign``, ``natural``, ``natural_det``, ``qsgd:<levels>``,
+  ``adacomp[:<bin length>]``, each optionally ``:whole``/``:layer`` and ``:ef``/``:noef``: synchronous SGD with a
+  compressor (:mod:`jaxcomm.compression`; error feedback by default for the biased top-k, sign and deterministic
+  natural compression; AdaComp's residual is its own); rows ``top_k_1pct``, ``sign``, ``qsgd_4lvl_ef``,
+  ``induced_1pct``, ``adacomp``, ...;
 * ``powersgd:<rank>``: synchronous SGD with rank-r PowerSGD (``powersgd_r<rank>``);
 * ``diloco:<H>`` / ``local_sgd:<H>``: local SGD with DiLoCo's or plain averaging outer step (``diloco_h<H>``);
 * ``codistill:<K>``: codistillation with checkpoints every K steps (``codistill_k<K>``);
+* ``osgp:<tau>``: overlap Stochastic Gradient Push, messages mixed tau steps after they are sent (``sgp`` is the
+  factory below, :func:`jaxcomm.sgp.sgp`);
 * any other ``[module.]factory[:arg[:arg...]]``: the factory called with the arguments (ints, floats or
   strings), a bare name meaning ``jaxcomm.<name>.<name>`` (``sparta:0.005`` is
   :func:`jaxcomm.sparta.sparta` ``(0.005)``). A new method in the library, or in research code on the path,
@@ -24,19 +28,35 @@ import importlib
 
 import numpy as np
 
-from jaxcomm import codistillation, compression, data_parallel, local_sgd, methods, network, powersgd, recipes
+from jaxcomm import (
+    codistillation,
+    compression,
+    data_parallel,
+    gossip,
+    local_sgd,
+    methods,
+    network,
+    powersgd,
+    recipes,
+    sgp,
+)
 from jaxcomm.validation import scalar
 
 FAMILIES = ("outputs", "sync", "gossip", "compressed", "local_sgd", "codistillation")
 """The families the built-in specs make (a method from elsewhere names its own)."""
-DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": False}
+DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": False, "adacomp": True, "natural": False,
+                    "natural_det": True, "induced": False}
+"""Error feedback by default for the biased compressors (AdaComp's residual is its own)."""
+UNSET = ("sign", "natural", "natural_det")
+"""Compressors with no setting (AdaComp's bin length is optional: its default is the paper's per layer kind)."""
 CONTENTS = ("none", "true_labels", "logits", "features")
 
 
 def _usage(spec: str) -> ValueError:
     return ValueError(f"method {spec!r}: expected outputs:<none|true_labels|logits|features>, sync, gossip:<k>, "
-                      "diloco:<H>, local_sgd:<H>, codistill:<K>, powersgd:<rank>, top_k:<fraction>, "
-                      "random_k:<fraction>, sign or qsgd:<levels> (the compressors optionally followed by :whole or "
+                      "diloco:<H>, local_sgd:<H>, codistill:<K>, osgp:<tau>, powersgd:<rank>, top_k:<fraction>, "
+                      "random_k:<fraction>, induced:<fraction>, sign, natural, natural_det, qsgd:<levels> or "
+                      "adacomp[:<bin length>] (the compressors optionally followed by :whole or "
                       ":layer and :ef or :noef), or [module.]factory[:arg...] of a method factory")
 
 
@@ -62,26 +82,33 @@ def outputs(content: str, recipe: recipes.Chapter2Recipe | None = None) -> metho
 
 
 def _compressed(spec: str, head: str, args: list[str]) -> methods.Method:
-    if head != "sign" and not args:
+    optional = head == "adacomp" and bool(args) and args[0].isdigit()
+    if head not in UNSET and head != "adacomp" and not args:
         raise _usage(spec)
-    setting, flags = (args[0], args[1:]) if head != "sign" else (None, args)
+    setting, flags = (args[0], args[1:]) if head not in UNSET and (head != "adacomp" or optional) else (None, args)
     if any(f not in ("whole", "layer", "ef", "noef") for f in flags) \
             or len(set(flags)) != len(flags):
         raise _usage(spec)
     kwargs = {"per_layer": "whole" not in flags,
               "feedback": "ef" in flags or (DEFAULT_FEEDBACK[head] and "noef" not in flags)}
     try:
-        if head in ("top_k", "random_k"):
+        if head in ("top_k", "random_k", "induced"):
             kwargs["fraction"] = float(setting)
         elif head == "qsgd":
             kwargs["levels"] = int(setting)
+        elif setting is not None:
+            kwargs["bin_size"] = int(setting)
         compression.check(head, fraction=kwargs.get("fraction", 0.01), levels=kwargs.get("levels", 4),
-                          per_layer=kwargs["per_layer"], feedback=kwargs["feedback"])
+                          per_layer=kwargs["per_layer"], feedback=kwargs["feedback"],
+                          bin_size=kwargs.get("bin_size"))
     except ValueError as error:
         raise ValueError(f"method {spec!r}: {error}") from None
-    name = {"top_k": lambda: f"top_k_{_percent(kwargs['fraction'])}pct", "sign": lambda: "sign",
-            "random_k": lambda: f"random_k_{_percent(kwargs['fraction'])}pct",
-            "qsgd": lambda: f"qsgd_{kwargs['levels']}lvl"}[head]()
+    if head in ("top_k", "random_k", "induced"):
+        name = f"{head}_{_percent(kwargs['fraction'])}pct"
+    elif head == "qsgd":
+        name = f"qsgd_{kwargs['levels']}lvl"
+    else:
+        name = head + (f"_l{kwargs['bin_size']}" if "bin_size" in kwargs else "")
     name += "" if kwargs["per_layer"] else "_whole"
     if kwargs["feedback"] != DEFAULT_FEEDBACK[head]:
         name += "_ef" if kwargs["feedback"] else "_noef"
@@ -111,7 +138,7 @@ def parse(spec: str, *, recipe: recipes.Chapter2Recipe | None = None, gossip_nei
     """
     head, *args = spec.split(":")
     positive = len(args) == 1 and args[0].isdigit() and int(args[0]) >= 1
-    if head in ("diloco", "local_sgd", "codistill", "powersgd", "gossip"):
+    if head in ("diloco", "local_sgd", "codistill", "powersgd", "gossip", "osgp"):
         if not positive:
             raise _usage(spec)
         value = int(args[0])
@@ -119,7 +146,8 @@ def parse(spec: str, *, recipe: recipes.Chapter2Recipe | None = None, gossip_nei
                 "local_sgd": lambda: local_sgd.local_sgd(value),
                 "codistill": lambda: codistillation.codistillation(value),
                 "powersgd": lambda: data_parallel.sync_sgd(powersgd.power_sgd(value), name=f"powersgd_r{value}"),
-                "gossip": lambda: network.gossip_averaging(value, num_neighbours=gossip_neighbours)}[head]()
+                "gossip": lambda: gossip.gossip_averaging(value, num_neighbours=gossip_neighbours),
+                "osgp": lambda: sgp.osgp(value)}[head]()
     if head == "outputs":
         if len(args) != 1 or args[0] not in CONTENTS:
             raise _usage(spec)

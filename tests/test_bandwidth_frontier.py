@@ -211,7 +211,9 @@ def test_a_row_whose_every_seed_stopped_still_counts_the_bytes_its_method_sends(
     ("random_k:0.1", "random_k_10pct"), ("random_k:0.01:ef", "random_k_1pct_ef"), ("sign", "sign"),
     ("sign:whole", "sign_whole"), ("sign:noef", "sign_noef"), ("qsgd:4", "qsgd_4lvl"), ("qsgd:4:ef", "qsgd_4lvl_ef"),
     ("qsgd:16:whole", "qsgd_16lvl_whole"), ("diloco:50", "diloco_h50"), ("local_sgd:50", "local_sgd_h50"),
-    ("codistill:100", "codistill_k100"), ("powersgd:4", "powersgd_r4"),
+    ("codistill:100", "codistill_k100"), ("powersgd:4", "powersgd_r4"), ("adacomp", "adacomp"),
+    ("adacomp:50:whole", "adacomp_l50_whole"), ("natural", "natural"), ("natural_det:noef", "natural_det_noef"),
+    ("induced:0.01", "induced_1pct"), ("induced:0.01:ef", "induced_1pct_ef"), ("osgp:2", "osgp_2"), ("sgp", "sgp"),
 ])
 def test_row_names_say_the_method_and_its_setting(spec, name):
     assert zoo.parse(spec).name == name

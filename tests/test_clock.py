@@ -15,6 +15,7 @@ from jaxcomm import (
     compression,
     data_parallel,
     exchange,
+    gossip,
     inbox,
     ledger,
     local_sgd,
@@ -47,7 +48,7 @@ def test_every_method_reads_hand_computed_virtual_seconds(tiny_dataset, name):
               "top_k": data_parallel.sync_sgd(compression.make("top_k", fraction=0.1, per_layer=False)),
               "powersgd": data_parallel.sync_sgd(powersgd.power_sgd(1)), "diloco": local_sgd.diloco(4),
               "codistill": codistillation.codistillation(2), "sparta": sparta.sparta(0.25),
-              "gossip": network.gossip_averaging(2, num_neighbours=1),
+              "gossip": gossip.gossip_averaging(2, num_neighbours=1),
               "true_labels": network.output_sharing(exchange.true_labels())}[name]
     out = methods.train(method, config(), MODEL, tiny_dataset, progress=False, cluster=CLUSTER)
     clocks = [r["clock"] for r in out["history"]]

@@ -69,7 +69,7 @@ def test_error_feedback_memory_is_per_node_and_keeps_what_was_not_sent(tiny_data
     system, data = build(tiny_dataset, "top_k", {"fraction": 0.05, "per_layer": False})
     state = system.init(jax.random.PRNGKey(2))
     state, _ = jax.jit(system.step)(state, data)
-    residual = state.memory.residual
+    residual = state.extra.residual
     flat = jax.vmap(lambda tree: jax.flatten_util.ravel_pytree(tree)[0])(residual)  # [N, P]
     assert flat.shape == (4, system.num_params)
     kept = system.num_params - compression.num_kept(0.05, system.num_params)

@@ -11,8 +11,9 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxcomm"
 
-SYSTEMS = {"network", "network_sweep", "data_parallel", "local_sgd", "codistillation", "sparta", "unsupervised",
-           "language", "teacher", "zoo", "recipes", "demo"}
+METHODS = {"network", "data_parallel", "local_sgd", "codistillation", "sparta", "gossip", "sgp", "leader_sgd", "lgc"}
+"""The modules that make methods (:class:`jaxcomm.methods.Method` values): siblings on the protocol."""
+SYSTEMS = METHODS | {"network_sweep", "unsupervised", "language", "teacher", "zoo", "recipes", "demo"}
 """Modules that build or train a system (a method, the network, the teacher, the agents) or pick among them."""
 
 
@@ -82,6 +83,13 @@ def test_the_protocol_the_kit_and_the_core_sweep_import_no_system():
     for name in ("jaxcomm.methods", "jaxcomm.sweep", "jaxcomm.kit", "jaxcomm.classifier", "jaxcomm.driver"):
         systems = {m for m in edges[name] if m.split(".")[-1] in SYSTEMS}
         assert not systems, f"{name} imports {sorted(systems)}"
+
+
+def test_no_method_imports_another():
+    edges = graph()
+    for name in sorted(METHODS):
+        siblings = {m for m in edges[f"jaxcomm.{name}"] if m.split(".")[-1] in METHODS}
+        assert not siblings, f"jaxcomm.{name} imports {sorted(siblings)}"
 
 
 def test_the_drawing_sees_lazy_imports(tmp_path):

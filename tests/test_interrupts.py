@@ -114,3 +114,17 @@ def test_an_interrupted_demo_exits_130_without_a_table(signum):
     assert status == 130, err[-3000:]
     assert "interrupted after" in err and "no table" in err
     assert "| network |" not in out and "sharing true labels" not in err
+
+
+def test_two_interrupts_during_the_first_compile_end_the_process_with_130_not_a_crash():
+    """Issue 72 item 5: the first SIGINT is answered at once on stderr; a second one, sent while the first program
+    still compiles, ends the process with status 130 (never SIGSEGV, -11)."""
+    proc = Process(["-m", "jaxcomm", "demo", "--nodes", "4", "--hidden", "16", "--steps", "20000", "--seeds", "1",
+                    "--backend", "vmap"])
+    proc.wait_for("isolated, seed 0:")  # its bar drawn: the first chunk is about to compile
+    proc.proc.send_signal(signal.SIGINT)
+    proc.wait_for("interrupted: stopping at the next check", timeout=30.0)  # answered at once, whatever compiles
+    proc.proc.send_signal(signal.SIGINT)
+    status, out, err = proc.finish()
+    assert status == 130, err[-3000:]
+    assert "| network |" not in out

@@ -30,11 +30,13 @@ def run(system_of, dataset, steps: int):
 def test_one_inner_sgd_step_then_averaging_is_synchronous_sgd(tiny_dataset):
     # H = 1, outer SGD at rate 1: theta - mean_i (theta - lr g_i) = theta - lr mean_i g_i, sync SGD's step
     sgd = optax.sgd(0.1)
-    _, sync, sync_info = run(lambda *a, **k: data_parallel.make_data_parallel(*a, **k, optimizer=sgd), tiny_dataset, 7)
+    dp, sync, sync_info = run(lambda *a, **k: data_parallel.make_data_parallel(*a, **k, optimizer=sgd), tiny_dataset,
+                              7)
     _, local, local_info = run(lambda *a, **k: local_sgd.make_local_sgd(
         *a, **k, sync_every=1, outer=local_sgd.local_sgd_outer(), inner=sgd), tiny_dataset, 7)
     np.testing.assert_array_equal(local_info.indices, sync_info.indices)  # the same minibatches
-    for got, want in zip(jax.tree.leaves(local.extra.params), jax.tree.leaves(sync.nodes.params), strict=True):
+    for got, want in zip(jax.tree.leaves(local.extra.params), jax.tree.leaves(dp.models_of(sync).params),
+                          strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # after a round every node restarts from the global model
     for nodes, glob in zip(jax.tree.leaves(local.nodes.params), jax.tree.leaves(local.extra.params),

@@ -14,6 +14,7 @@ from jaxcomm import (
     compression,
     data_parallel,
     exchange,
+    gossip,
     ledger,
     local_sgd,
     methods,
@@ -89,7 +90,7 @@ def test_every_method_books_its_bytes_in_the_one_ledger(tiny_dataset, name):
     """Hand-computed bytes over 6 steps of 4 nodes (P parameters) against the final record's."""
     n, steps = 4, 6
     method = {"true_labels": network.output_sharing(exchange.true_labels()),
-              "gossip": network.gossip_averaging(2, num_neighbours=1), "sync": data_parallel.sync_sgd(),
+              "gossip": gossip.gossip_averaging(2, num_neighbours=1), "sync": data_parallel.sync_sgd(),
               "top_k": data_parallel.sync_sgd(compression.make("top_k", fraction=0.1, per_layer=False)),
               "powersgd": data_parallel.sync_sgd(powersgd.power_sgd(1)), "diloco": local_sgd.diloco(4),
               "codistill": codistillation.codistillation(4), "sparta": sparta.sparta(0.25)}[name]
@@ -135,7 +136,7 @@ def assert_same(got: dict, want: dict) -> None:
 METHODS = {"sync": lambda: data_parallel.sync_sgd(), "top_k": lambda: data_parallel.sync_sgd(
     compression.make("top_k", fraction=0.1)), "diloco": lambda: local_sgd.diloco(2),
            "codistill": lambda: codistillation.codistillation(2), "sparta": lambda: sparta.sparta(0.3),
-           "gossip": lambda: network.gossip_averaging(2, num_neighbours=1),
+           "gossip": lambda: gossip.gossip_averaging(2, num_neighbours=1),
            "true_labels": lambda: network.output_sharing(exchange.true_labels())}
 
 
@@ -165,11 +166,11 @@ def test_sparta_at_zero_is_isolated_and_at_one_is_gossip_every_step(tiny_dataset
     zero = methods.train(sparta.sparta(0.0), cfg, MODEL, tiny_dataset, progress=False)
     isolated = methods.train(network.output_sharing(exchange.none()), cfg, MODEL, tiny_dataset, progress=False)
     one = methods.train(sparta.sparta(1.0), cfg, MODEL, tiny_dataset, progress=False)
-    gossip = methods.train(network.gossip_averaging(1, num_neighbours=1), cfg, MODEL, tiny_dataset, progress=False)
-    for a, b in ((zero, isolated), (one, gossip)):
+    gossiped = methods.train(gossip.gossip_averaging(1, num_neighbours=1), cfg, MODEL, tiny_dataset, progress=False)
+    for a, b in ((zero, isolated), (one, gossiped)):
         jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6),
                                a["state"].nodes.params, b["state"].nodes.params)
-    assert one["bytes"]["total"] == gossip["bytes"]["total"]  # every parameter on every edge, every step
+    assert one["bytes"]["total"] == gossiped["bytes"]["total"]  # every parameter on every edge, every step
     assert zero["bytes"]["total"] == 0
 
 
@@ -262,14 +263,19 @@ def test_a_sweep_varies_spartas_fraction_and_the_learning_rate_each_equal_to_its
         assert got["bytes"]["total"] == 6 * 4 * 4 * round(p * P)  # 6 steps, 4 edges, p x P float32 values
     with pytest.raises(ValueError, match="no hyperparameter 'fractoin'; did you mean 'fraction'"):
         methods.train(method, config(), MODEL, tiny_dataset, progress=False, hyper={"fractoin": 0.1})
-    with pytest.raises(ValueError, match="learning_rate"):  # sync SGD's optimiser is built with its rate
-        methods.sweep(data_parallel.sync_sgd(), runs[:2], MODEL, tiny_dataset, progress=False)
+    # synchronous SGD is on the kit: its learning rate is data of the one step too (issue 71)
+    sync = data_parallel.sync_sgd()
+    for got, cfg in zip(methods.sweep(sync, runs[:2], MODEL, tiny_dataset, progress=False), runs, strict=False):
+        assert_same(got, methods.train(sync, cfg, MODEL, tiny_dataset, progress=False))
+    own = methods.Method("own", lambda *args, **kwargs: object())  # a Built of its own: its rate may be a constant
+    with pytest.raises(ValueError, match="must share learning_rate"):
+        methods.sweep(own, runs[:2], MODEL, tiny_dataset, progress=False)
 
 
 def test_gossip_on_the_kit_equals_an_isolated_network_that_gossips(tiny_dataset):
     """Gossip averaging written on the kit's nodes: the arithmetic and the bytes of the network's gossip_every."""
     cfg = config(num_steps=6, eval_every=3)
-    kit_gossip = methods.train(network.gossip_averaging(2, num_neighbours=1), cfg, MODEL, tiny_dataset,
+    kit_gossip = methods.train(gossip.gossip_averaging(2, num_neighbours=1), cfg, MODEL, tiny_dataset,
                                progress=False)
     net = methods.train(network.output_sharing(exchange.none()), cfg.replace(gossip_every=2), MODEL, tiny_dataset,
                         progress=False)

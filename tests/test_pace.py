@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcomm import clock, data_parallel, kit, local_sgd, methods, network, pace, population, streams
+from jaxcomm import clock, data_parallel, gossip, kit, local_sgd, methods, network, pace, population, streams
 from jaxcomm.models import MLP
 
 MODEL = MLP(hidden=(12,), num_classes=4)
@@ -246,7 +246,7 @@ def test_own_pace_is_refused_before_anything_compiles(tiny_dataset):
     with pytest.raises(ValueError, match="own_pace needs a cluster"):
         methods.train(isolated(), config(), MODEL, tiny_dataset, progress=False, own_pace=True)
     with pytest.raises(TypeError, match="cannot train at its own pace"):
-        methods.train(network.gossip_averaging(2)._replace(build=lambda *a, **k: object()), config(), MODEL,
+        methods.train(gossip.gossip_averaging(2)._replace(build=lambda *a, **k: object()), config(), MODEL,
                       tiny_dataset, progress=False, cluster=cluster(1, 1, 1), own_pace=True)
     with pytest.raises(ValueError, match="gossip_every"):
         methods.train(network.output_sharing(), sharing_config(gossip_every=2), MODEL, tiny_dataset, progress=False,
@@ -318,7 +318,7 @@ def test_a_message_is_read_once_it_arrived_before_the_readers_step_began_by_hand
 
 
 def test_gossip_at_equal_speeds_averages_as_lockstep_and_at_its_own_pace_on_its_own_steps(tiny_dataset):
-    method = network.gossip_averaging(2, num_neighbours=1)
+    method = gossip.gossip_averaging(2, num_neighbours=1)
     plain = methods.train(method, config(), MODEL, tiny_dataset, progress=False)
     paced = methods.train(method, config(), MODEL, tiny_dataset, progress=False,
                           cluster=clock.Cluster(clock.Compute(1.0), clock.INSTANT), own_pace=True)
@@ -345,7 +345,7 @@ def test_gossip_at_equal_speeds_averages_as_lockstep_and_at_its_own_pace_on_its_
 
 
 def test_random_peer_gossip_averages_with_one_random_peer_by_hand(tiny_dataset):
-    method = network.random_peer_gossip(1)
+    method = gossip.random_peer_gossip(1)
     built = methods.build(method, config(), MODEL, tiny_dataset)
     data = methods.shard_data(method, tiny_dataset, config())
     state = built.init(jax.random.PRNGKey(0))

@@ -35,7 +35,7 @@ def test_full_rank_is_uncompressed_sgd(tiny_dataset):
     dp, full = trained(tiny_dataset, powersgd.power_sgd(12))
     for got, want in zip(jax.tree.leaves(full.nodes.params), jax.tree.leaves(dense.nodes.params), strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
-    for memory in jax.tree.leaves(full.memory[1]):
+    for memory in jax.tree.leaves(full.extra[1]):
         np.testing.assert_allclose(memory, 0.0, atol=1e-5)
     assert dp.summed and not dp.dense
 

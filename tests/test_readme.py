@@ -4,12 +4,14 @@ here (the README's code is the example, not a copy of it). The longer examples l
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import pathlib
 import re
 
 import pytest
 
-from jaxcomm import data
+from jaxcomm import data, methods
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(), re.M | re.S)
@@ -70,3 +72,26 @@ def test_the_second_example_books_every_methods_bytes(namespaces):
     example = namespaces[1]
     assert [m.name for m in example["zoo"]][0] == "isolated"
     assert example["final"]["bytes"]["per_node_step"] > 0  # the last method, SPARTA, sends parameters
+
+
+def test_the_method_table_names_every_method_factory_and_each_makes_a_method():
+    """The README's method table, recounted from the code: every public factory of a method module that returns a
+    Method appears in it, and every value it names is one."""
+
+    text = README.read_text()
+    table = text[text.index("| method | value |"):]
+    table = table[:table.index("\n\n")]
+    named = set(re.findall(r"`(\w+\.\w+)\(", table))
+    modules = ("network", "gossip", "sgp", "data_parallel", "lgc", "local_sgd", "leader_sgd", "codistillation",
+               "sparta")
+    factories = set()
+    for name in modules:
+        module = importlib.import_module(f"jaxcomm.{name}")
+        for attr, value in vars(module).items():
+            if inspect.isfunction(value) and value.__module__ == module.__name__ and not attr.startswith("_") \
+                    and inspect.signature(value).return_annotation in ("methods.Method", methods.Method):
+                factories.add(f"{name}.{attr}")
+    assert factories <= named, sorted(factories - named)
+    for value in named:
+        module, attr = value.split(".")
+        assert callable(getattr(importlib.import_module(f"jaxcomm.{module}"), attr)), value

@@ -33,26 +33,24 @@ def fedbuff(local_steps: int, buffer: int, server_lr: float = 1.0) -> methods.Me
         pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes,
                         waits=pace.Waits(every=local_steps, quorum=buffer))
 
-        def start(nodes):
+        def start(nodes, key):
             return Server(population.stack([population.node(nodes, 0)]), nodes.params, jnp.zeros(n), jnp.zeros(()))
 
-        def step(state, data):
-            tick = pop.tick(state)
-            state, info = pop.local_step(state, data)
-            s, merged = state.extra, tick.members & tick.closes
+        def communicate(state, ctx):  # a closing round: the buffered updates, each scaled by its staleness
+            s, merged = state.extra, ctx.tick.members & ctx.tick.closes
             weight = merged / jnp.sqrt(1.0 + s.rounds - s.version) / jnp.maximum(merged.sum(), 1)
             update = jax.tree.map(lambda p, q: jnp.tensordot(weight, p - q, 1), pop.params(state), s.starts)
             params = jax.tree.map(lambda g, u: g + server_lr * u[None], s.model.params, update)
             fresh = jax.tree.map(lambda g: jnp.repeat(g, n, axis=0), params)
-            rounds = s.rounds + tick.closes
+            rounds = s.rounds + ctx.tick.closes
             server = Server(s.model._replace(params=params), population.where(merged, fresh, s.starts),
                             jnp.where(merged, rounds, s.version), rounds)
             state = pop.with_params(state, population.where(merged, fresh, pop.params(state)))
-            return state._replace(extra=server), info
+            return state._replace(extra=server)
 
         upload = ledger.Round("allgather", 4.0 * pop.num_params, every=local_steps)  # the clients' updates
-        return pop.built(step, traffic=(upload,), extra=start, same_start=True,
-                         models_of=lambda state: state.extra.model)
+        return pop.built_with(kit.Communicator(init=start, communicate=communicate, traffic=(upload,),
+                                               same_start=True, models_of=lambda state: state.extra.model))
 
     return methods.Method(f"fedbuff_k{local_steps}_m{buffer}", build, family="fedbuff", score="model",
                           per_run=methods.KIT_PER_RUN)

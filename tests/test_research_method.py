@@ -72,16 +72,16 @@ def choco_gossip(fraction: float, step_size: float = 0.5) -> methods.Method:
             kept = jax.lax.top_k(jnp.abs(v), k)[1]
             return jnp.zeros_like(v).at[kept].set(v[kept])
 
-        def step(state, data):
-            state, info = pop.local_step(state, data)
+        def communicate(state, ctx):  # after every node's local step
             x = pop.flat_params(state)  # [N, P]
             hat = state.extra + jax.vmap(top_k)(x - state.extra)  # what each node sent updates every copy of it
             x = x + step_size * (topology.mixing_matrix(state.graph) @ hat - hat)
-            return pop.with_flat_params(state, x)._replace(extra=hat), info
+            return pop.with_flat_params(state, x)._replace(extra=hat)
 
         sent = [ledger.Round("neighbours", 4.0 * k, edges=pop.edges, kind=kind) for kind in ("parameters",
                                                                                          "coordinates")]
-        return pop.built(step, traffic=sent, extra=lambda nodes: jnp.zeros((config.num_nodes, pop.num_params)))
+        return pop.built_with(kit.Communicator(init=lambda nodes, key: jnp.zeros((config.num_nodes, pop.num_params)),
+                                               communicate=communicate, traffic=sent, extra_per_node=True))
 
     return methods.Method(f"choco_top{fraction:g}", build, family="gossip")  # on the config's graph
 

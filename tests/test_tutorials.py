@@ -7,6 +7,7 @@ import pathlib
 import re
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 
@@ -26,7 +27,7 @@ PAGES = {path.stem: blocks_of(path) for path in TUTORIALS}
 
 
 def test_the_tutorials_are_there_and_show_code():
-    assert {"frontier", "own_method", "time", "sweeps", "teacher", "language", "devices"} <= set(PAGES)
+    assert {"frontier", "own_method", "protocol", "time", "sweeps", "teacher", "language", "devices"} <= set(PAGES)
     assert all(PAGES.values()), [name for name, blocks in PAGES.items() if not blocks]
     for path in TUTORIALS:  # no python block the pattern misses (it would not run)
         assert path.read_text().count(".. code-block:: python") == len(PAGES[path.stem]), path.name
@@ -95,6 +96,16 @@ def test_the_choco_method_books_values_and_positions(namespaces):
     run = namespaces["own_method"][3]["run"]
     kinds = run["final"]["bytes"]["by_kind"]
     assert kinds["parameters"] == kinds["coordinates"] > 0 and kinds["inputs"] == kinds["payload"] == 0
+
+
+def test_the_method_from_nothing_sweeps_its_pull_and_holds_the_straggler(namespaces):
+    example = namespaces["protocol"][0]
+    low, high = ([np.asarray(x) for x in jax.tree.leaves(run["state"].nodes.params)] for run in example["swept"])
+    assert any(not np.array_equal(a, b) for a, b in zip(low, high, strict=True))  # two values of pull, one step
+    spread = [float(np.std(leaf, axis=0).mean()) for leaf in (low[0], high[0])]
+    assert spread[1] < spread[0]  # a stronger pull keeps the nodes closer together
+    pace = example["paced"]["final"]["pace"]
+    assert pace["node_steps"] == [20, 20, 20, 6]  # 20 ticks of 1 s; the 3 s node steps at 3, 6, ..., 18 s
 
 
 def test_the_frontier_compares_a_method_value_beside_the_specs(namespaces):

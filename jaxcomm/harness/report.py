@@ -153,3 +153,39 @@ def draw(**plots: Callable[[], Any]) -> bool:
             print(f"warning: plot {name} not drawn ({type(error).__name__}: {message})", file=sys.stderr)
             ok = False
     return ok
+
+
+def accuracy_in_seconds(histories: dict[str, Sequence[dict]]) -> dict[str, dict[str, list]]:
+    """Each run's accuracy against virtual seconds, from its history (``methods.train``'s, on a cluster):
+    ``{name: {"seconds": [...], "node_average": [...], "collective": [...]}}``, one entry per evaluation that has a
+    ``clock``; the collective is the negentropy decision (a shared model's accuracy for a method scored by one)."""
+    out = {}
+    for name, history in histories.items():
+        timed = [r for r in history if isinstance(r.get("clock"), dict)]
+        collective = [(r.get("collective_accuracy") or {}).get("negentropy", r.get("avg_accuracy")) for r in timed]
+        out[name] = {"seconds": [float(r["clock"]["seconds"]) for r in timed],
+                     "node_average": [r.get("avg_accuracy") for r in timed], "collective": collective}
+    return out
+
+
+def plot_accuracy_in_seconds(histories: dict[str, Sequence[dict]], path: pathlib.Path | str, *,
+                             title: str = "") -> dict[str, dict[str, list]]:
+    """Draws the node average and the collective accuracy of several runs against virtual seconds (two panels) to
+    ``path``; returns what it drew (:func:`accuracy_in_seconds`)."""
+    curves = accuracy_in_seconds(histories)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, key, label in ((axes[0], "node_average", "node average"), (axes[1], "collective", "collective")):
+        for name, curve in curves.items():
+            points = [(s, a) for s, a in zip(curve["seconds"], curve[key], strict=True) if a is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker=".", label=name)
+        ax.set_xlabel("virtual seconds")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy (%)")
+    axes[1].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    save_figure(fig, path)
+    return curves
