@@ -187,6 +187,9 @@ class ShardData(NamedTuple):
       shard_indices: ``[N, S] int32`` rows of node n's shard (padded).
       shard_sizes: ``[N] int32`` real sizes; node n samples positions < size.
       settings: the run's numbers a sweep may vary (:class:`jaxcomm.network.Settings`), float32 scalars.
+      pace: the timeline's rows of a run at its own pace (:class:`jaxcomm.pace.Rows`, ``[T, ...]``), read by the
+        step one tick at a time: data of the run, so no step carries them, no checkpoint stores them and a sweep
+        maps them as it maps the shards; None: lockstep.
     """
 
     images: jax.Array
@@ -194,6 +197,7 @@ class ShardData(NamedTuple):
     shard_indices: jax.Array
     shard_sizes: jax.Array
     settings: Any
+    pace: Any = None
 
 
 def shards_of(labels: np.ndarray, config):

@@ -301,7 +301,7 @@ class _StopOnSignal:
             print(f"jaxcomm: signal {signum} again: exiting now (status {128 + signum})", file=sys.stderr,
                   flush=True)
             sys.stdout.flush()
-            os._exit(128 + signum)
+            _exit(128 + signum)
         self.flag.signum = signum
         if signum == signal.SIGINT:  # someone at the keyboard waits for an answer (a scheduler's SIGTERM does not)
             print("jaxcomm: interrupted: stopping at the next check (after the compilation or chunk in progress); "
@@ -346,6 +346,9 @@ class _StopOnSignal:
         if old is None or old == signal.SIG_IGN:
             raise KeyboardInterrupt(f"signal {self.signum}")
         signal.raise_signal(self.signum)
+
+
+_exit = os._exit  # how a second signal ends the process (tests in-process replace it)
 
 
 def interruptible(fn: Callable | None = None):

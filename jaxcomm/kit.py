@@ -204,8 +204,10 @@ class NodesState(NamedTuple):
       graph: ``[N, N] bool`` the run's graph (``adj[i, j]``: i sends to j), drawn at step 0 from the run's graph
         stream: a random topology differs between seeds and equals the network's of the same seed.
       extra: the method's own state (error-feedback memories, a global model, peers' copies; any pytree).
-      pace: the timeline's rows (:class:`jaxcomm.pace.Rows`) of a run at its own pace: ``step`` counts ticks and the
-        nodes not due hold; None: every node steps every step (lockstep).
+      pace: the timeline's rows (:class:`jaxcomm.pace.Rows`) of a run at its own pace, within its step only: they
+        are the run's data (``ShardData.pace``), put here for the tick the step takes and never carried between steps,
+        checkpointed or mapped by a sweep; ``step`` counts ticks and the nodes not due hold. None: every node steps
+        every step (lockstep), and in every state a step returns.
     """
 
     nodes: population.NodeState

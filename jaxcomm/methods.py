@@ -157,7 +157,8 @@ def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[st
 
 
 def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
-            cluster: clock.Cluster | None = None, timeline: pace.Timeline | None = None) -> driver.System:
+            cluster: clock.Cluster | None = None, timeline: pace.Timeline | None = None,
+            rows: pace.Rows | None = None) -> driver.System:
     system = (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
     if cluster is None:
         return system
@@ -165,15 +166,23 @@ def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
     if timeline is None:
         return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
             "clock": clock.reading(cluster, built, state, steps_done)})
+    if rows is not None:  # the evaluation reads the rows as the step does (the ledger: the rounds that closed)
+        evaluate = (lambda inner: lambda state, infos, steps_done: inner(_with_rows(state, rows), infos,
+                                                                          steps_done))(evaluate)
     return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
         "clock": {"seconds": timeline.record(steps_done)["seconds"], "cluster": cluster.label, "own_pace": True},
         "pace": timeline.record(steps_done)})
 
 
+def _with_rows(state, rows: pace.Rows | None):
+    return state._replace(pace=rows) if rows is not None and hasattr(state, "pace") else state
+
+
 def at_own_pace(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnPace | bool) -> tuple[Built,
                                                                                                      pace.Timeline]:
-    """``built`` trained at its own pace on ``cluster``: its timeline (:func:`jaxcomm.pace.of_run`, the run's seed
-    and ``config.num_steps`` ticks) in its initial state; raises before anything compiles
+    """``built`` trained at its own pace on ``cluster``, and its timeline (:func:`jaxcomm.pace.of_run`, the run's seed
+    and ``config.num_steps`` ticks), whose rows its step reads from the data (``ShardData.pace``:
+    :func:`shard_data` with ``timeline``; without them it steps in lockstep); raises before anything compiles
     where the method cannot (no cluster, or a ``Built`` not made on the kit's population)."""
     if cluster is None:
         raise ValueError("own_pace needs a cluster: the nodes' step times (jaxcomm.clock.Cluster)")
@@ -187,8 +196,13 @@ def at_own_pace(built: Built, cluster: clock.Cluster | None, own_pace: pace.OwnP
                            traffic=traffic, own_pace=own_pace)
     if built.waits == pace.LOCKSTEP:  # one compiled step per round: its timeline only tells the time
         return built, timeline
-    rows, init = timeline.rows(), built.init
-    return dataclasses.replace(built, init=lambda key: init(key)._replace(pace=rows)), timeline
+    step = built.step
+
+    def paced_step(state, data: classifier.ShardData):  # the rows ride in the data, never in the carried state
+        after, info = step(_with_rows(state, data.pace), data)
+        return after._replace(pace=None), info
+
+    return dataclasses.replace(built, step=paced_step), timeline
 
 
 def check_horizon(seconds: float, cluster: clock.Cluster | None, own_pace: pace.OwnPace | bool) -> None:
@@ -276,12 +290,12 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
         built, timeline = at_own_pace(built, cluster, own_pace)
     checkpoint.record_lift(checkpointer, built)
     config = built.config
-    shards = shard_data(method, dataset, config, hyper)
-    result = driver.train(_system(method, built, dataset, eval_split, cluster, timeline), shards,
+    shards = shard_data(method, dataset, config, hyper, timeline=timeline)
+    result = driver.train(_system(method, built, dataset, eval_split, cluster, timeline, shards.pace), shards,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return _finish(result, built, method) | ({"timeline": timeline} if timeline is not None else {})
+    return _finish(result, built, method, shards.pace) | ({"timeline": timeline} if timeline is not None else {})
 
 
 def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset,
@@ -293,21 +307,16 @@ def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Image
     optimiser state; ``history``; ``best``: the best-by-validation values where the run kept them).
 
     ``config`` must build the run's structure (its nodes, model, method); its ``num_steps`` is read from the
-    checkpoint; a run at its own pace is loaded with its ``cluster`` and ``own_pace`` (its timeline is in the state).
+    checkpoint; the state of a run at its own pace holds no timeline (its rows are data), so it loads with or without
+    its ``cluster`` and ``own_pace`` (with them, its history's clock and pace records).
     Raises FileNotFoundError without a checkpoint, ValueError for one of another structure.
     """
     checkpointer = Checkpointer(directory, every=1, resume=True)
     steps = checkpointer.latest_step()
     if steps is None:
         raise FileNotFoundError(f"no checkpoint in {directory}")
-    try:
-        return train(method, config.replace(num_steps=steps), model, dataset, eval_split=eval_split, progress=False,
-                     checkpointer=checkpointer, cluster=cluster, hyper=hyper, own_pace=own_pace)
-    except ValueError as error:
-        if own_pace or "arrays, the run expects" not in str(error):
-            raise
-        raise ValueError(f"{error} (a run trained at its own pace holds its timeline: load it with its cluster= "
-                         "and own_pace=)") from None
+    return train(method, config.replace(num_steps=steps), model, dataset, eval_split=eval_split, progress=False,
+                 checkpointer=checkpointer, cluster=cluster, hyper=hyper, own_pace=own_pace)
 
 
 def hyper_of(method: Method, hyper: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -333,15 +342,19 @@ def _with_hyper(built: Built, hyper: Mapping[str, float]) -> Built:
 
 
 def shard_data(method: Method, dataset: ImageDataset, config: kit.RunConfig,
-               hyper: Mapping[str, float] | None = None) -> classifier.ShardData:
+               hyper: Mapping[str, float] | None = None, *, timeline: pace.Timeline | None = None
+               ) -> classifier.ShardData:
     """The data a run of ``method`` steps on: the config's shards on the device and the run's settings (the
-    method's ``hyper`` values with ``hyper``'s), as :func:`train` gives them to ``built.step``."""
-    return classifier.shard_data(dataset, config, _settings(method, config, hyper_of(method, hyper)))
+    method's ``hyper`` values with ``hyper``'s), as :func:`train` gives them to ``built.step``; with ``timeline``
+    (:func:`at_own_pace`'s) its rows, which a step at its own pace reads."""
+    data = classifier.shard_data(dataset, config, _settings(method, config, hyper_of(method, hyper)))
+    return data if timeline is None else data._replace(pace=timeline.rows())
 
 
-def _finish(result: dict, built: Built, method: Method) -> dict:
+def _finish(result: dict, built: Built, method: Method, rows: pace.Rows | None = None) -> dict:
     final = result["final"]
-    return result | {"built": built, "method": method.name, "bytes": final["bytes"] if final else None}
+    return result | {"built": built, "method": method.name, "bytes": final["bytes"] if final else None,
+                     "state": _with_rows(result["state"], rows)}  # at its own pace: the state as the step read it
 
 
 def check_runs(method: Method, configs: Sequence[kit.RunConfig]) -> None:
@@ -400,20 +413,20 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     if own_pace:
         builts, timelines = map(list, zip(*(at_own_pace(b, cluster, own_pace) for b in builts), strict=True))
     base = shard_data(method, dataset, configs[0], values[0])
-    datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c, h))
-             for c, h in zip(configs, values, strict=True)]
+    datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c, h))._replace(
+        pace=None if tl is None else tl.rows()) for c, h, tl in zip(configs, values, timelines, strict=True)]
     initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
                               getattr(first, "family", None))
-    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl)
-                                 for b, tl in zip(builts, timelines, strict=True)], states, datas,
+    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl, d.pace)
+                                 for b, tl, d in zip(builts, timelines, datas, strict=True)], states, datas,
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,
                                 nodes_per_run=configs[0].num_nodes, progress=progress, desc=desc or method.name,
                                 checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return [_finish(result, b, method) | ({"timeline": tl} if tl is not None else {})
-            for result, b, tl in zip(results, builts, timelines, strict=True)]
+    return [_finish(result, b, method, d.pace) | ({"timeline": tl} if tl is not None else {})
+            for result, b, tl, d in zip(results, builts, timelines, datas, strict=True)]
 
 
 def bytes_of(result: dict, *, data_model: str | None = None, encoding: str = "raw",

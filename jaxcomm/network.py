@@ -268,7 +268,8 @@ class NetworkState(NamedTuple):
         (``make_network(cluster=)``); None: messages arrive at once.
       payload_sent: ``[] int32`` payload bytes of every message copy sent, each counted from what it carried, for
         an exchange with ``content_bytes`` (:class:`jaxcomm.exchange.Exchange`); None otherwise.
-      pace: the timeline's rows of a run at its own pace (:class:`jaxcomm.pace.Rows`): ``step`` counts ticks, and a
+      pace: the timeline's rows of a run at its own pace (:class:`jaxcomm.pace.Rows`), within its step only (the run's
+        data, ``ShardData.pace``: never carried, checkpointed or swept): ``step`` counts ticks, and a
         node not due neither trains, consumes nor broadcasts (it still receives); None: lockstep.
       copies_per_tick: ``[T] int32`` message copies sent at each tick, on a cluster with a shared bottleneck at its
         own pace (they share its bandwidth); None otherwise.

@@ -88,7 +88,7 @@ def test_at_its_own_pace_the_straggler_holds_where_it_is_not_due(tiny_dataset):
     built = methods.build(method, cfg, MODEL, tiny_dataset, cluster=STRAGGLER, own_pace=True)
     paced, timeline = methods.at_own_pace(built, STRAGGLER, True)
     assert paced.waits == pace.rounds_of(2)
-    step, data = jax.jit(paced.step), methods.shard_data(method, tiny_dataset, paced.config)
+    step, data = jax.jit(paced.step), methods.shard_data(method, tiny_dataset, paced.config, timeline=timeline)
     state, held, pulled_while_waiting = paced.init(jax.random.PRNGKey(cfg.seed)), 0, 0
     for t in range(ticks):
         before = _leaves((state.nodes, state.extra))

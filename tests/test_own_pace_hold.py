@@ -120,7 +120,7 @@ def test_a_node_neither_due_nor_in_a_closing_round_is_bit_identical_after_the_ti
     paced, timeline = methods.at_own_pace(built, STRAGGLER, True)
     step = jax.jit(paced.step)
     state = (method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed))))(paced, paced.config)
-    data = methods.shard_data(method, tiny_dataset, paced.config)
+    data = methods.shard_data(method, tiny_dataset, paced.config, timeline=timeline)
     assert np.all(np.diff(timeline.time) >= 0), f"{name}: virtual time ran backwards"  # issue 72 item 2
     held_ticks = 0
     for t in range(TICKS):

@@ -98,8 +98,10 @@ def test_a_run_at_its_own_pace_loads_back_with_its_cluster(tiny_dataset, tmp_pat
                           own_pace=True)
     for a, b in zip(jax.tree.leaves(trained["state"]), jax.tree.leaves(loaded["state"]), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    with pytest.raises(ValueError, match="own_pace="):
-        methods.load(method, config, MODEL, tiny_dataset, str(tmp_path / "run"))
+    plain = methods.load(method, config, MODEL, tiny_dataset, str(tmp_path / "run"))  # the rows are not state
+    for a, b in zip(jax.tree.leaves(trained["state"].nodes), jax.tree.leaves(plain["state"].nodes), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert trained["state"].pace is not None and plain["state"].pace is None
 
 
 def test_seconds_you_can_see_in_the_bar_and_a_plot(tiny_dataset, tmp_path):

@@ -172,11 +172,11 @@ def test_equal_speeds_train_bit_for_bit_as_lockstep(tiny_dataset, method):
 def test_a_node_not_due_holds_and_a_due_one_takes_the_lockstep_step(tiny_dataset):
     built = methods.build(isolated(), config(), MODEL, tiny_dataset)
     paced, timeline = methods.at_own_pace(built, cluster(1, 2, 3), True)
-    data = methods.shard_data(isolated(), tiny_dataset, config())
+    data = methods.shard_data(isolated(), tiny_dataset, config(), timeline=timeline)
     step = jax.jit(paced.step)
     state = paced.init(jax.random.PRNGKey(0))
     for t in range(6):
-        lockstep, _ = step(state._replace(pace=None), data)  # every node's step from the same state and keys
+        lockstep, _ = step(state, data._replace(pace=None))  # every node's step from the same state and keys
         after, _ = step(state, data)
         want = population.where(timeline.due[t], lockstep.nodes, state.nodes)
         for a, b in zip(leaves(after.nodes), leaves(want), strict=True):
@@ -192,7 +192,7 @@ def test_a_quorum_round_merges_its_members_by_hand(tiny_dataset):
         paced, timeline = methods.at_own_pace(built, cluster(1, 1, 3), True)
         step, state = jax.jit(paced.step), paced.init(jax.random.PRNGKey(0))
         start = leaves(state.extra[0].params)
-        data = methods.shard_data(method, tiny_dataset, config())
+        data = methods.shard_data(method, tiny_dataset, config(), timeline=timeline)
         for _ in range(2):
             state, info = step(state, data)
         return start, state, info, timeline
@@ -288,7 +288,7 @@ def test_output_sharing_at_its_own_pace_steps_sends_and_reads_only_when_due(tiny
     paced, timeline = methods.at_own_pace(built, slow, True)
     step = jax.jit(paced.step)
     state = paced.init(jax.random.PRNGKey(0))
-    data = network.network_data(tiny_dataset, sharing_config())
+    data = network.network_data(tiny_dataset, sharing_config())._replace(pace=timeline.rows())
     for t in range(12):
         before = state
         state, info = step(state, data)
@@ -328,14 +328,14 @@ def test_gossip_at_equal_speeds_averages_as_lockstep_and_at_its_own_pace_on_its_
     built = methods.build(method, config(), MODEL, tiny_dataset, own_pace=True)
     paced, timeline = methods.at_own_pace(built, cluster(1, 1, 2), True)
     step, state = jax.jit(paced.step), paced.init(jax.random.PRNGKey(0))
-    data = methods.shard_data(method, tiny_dataset, config())
+    data = methods.shard_data(method, tiny_dataset, config(), timeline=timeline)
     first = state
     for _ in range(2):  # tick 0: nodes 0, 1 step; tick 1 (2 s): every node, nodes 0 and 1 at their 2nd step
         before = state
         state, _ = step(state, data)
     np.testing.assert_array_equal(timeline.steps[1], [2, 2, 1])
     local_only = methods.build(isolated(), config(), MODEL, tiny_dataset)  # the same local step, no averaging
-    lone, _ = jax.jit(local_only.step)(before._replace(pace=None, extra=None), data)
+    lone, _ = jax.jit(local_only.step)(before._replace(extra=None), data._replace(pace=None))
     for got, local, initial in zip(leaves(state.nodes.params), leaves(lone.nodes.params),
                                    leaves(first.nodes.params), strict=True):
         # node 0 gossips at its 2nd step with node 2's copy: node 2's initial values (it has sent nothing yet)
@@ -358,7 +358,7 @@ def test_random_peer_gossip_averages_with_one_random_peer_by_hand(tiny_dataset):
         np.testing.assert_allclose(got, (own + own[peers]) / 2, rtol=1e-6, atol=1e-7)
     # at its own pace a node averages at its own steps only: the straggler (3 s) has not by tick 0
     paced, timeline = methods.at_own_pace(built, cluster(1, 1, 3), True)
-    ticked, _ = jax.jit(paced.step)(paced.init(jax.random.PRNGKey(0)), data)
+    ticked, _ = jax.jit(paced.step)(paced.init(jax.random.PRNGKey(0)), data._replace(pace=timeline.rows()))
     for got, initial in zip(leaves(ticked.nodes.params), leaves(state.nodes.params), strict=True):
         np.testing.assert_array_equal(got[2], initial[2])
 

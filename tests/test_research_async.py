@@ -72,7 +72,7 @@ def ticks(method, count, dataset, cluster=STRAGGLER):
     built = methods.build(method, config(), MODEL, dataset)
     paced, timeline = methods.at_own_pace(built, cluster, True)
     step, state = jax.jit(paced.step), paced.init(jax.random.PRNGKey(0))
-    data = methods.shard_data(method, dataset, config())
+    data = methods.shard_data(method, dataset, config(), timeline=timeline)
     first = state
     for _ in range(count):
         state, _ = step(state, data)

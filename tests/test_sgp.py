@@ -133,7 +133,7 @@ def test_at_their_own_pace_the_slow_node_is_held_and_push_sum_mass_is_conserved(
     paced, timeline = methods.at_own_pace(built, STRAGGLER, True)
     step = jax.jit(paced.step)
     state = paced.init(jax.random.PRNGKey(config.seed))
-    data = methods.shard_data(method, tiny_dataset, paced.config)
+    data = methods.shard_data(method, tiny_dataset, paced.config, timeline=timeline)
     start, _ = _numerators(state)
     z0 = np.asarray(jax.vmap(lambda p: ravel_pytree(p)[0])(state.nodes.params))
     held = 0

@@ -59,14 +59,15 @@ def measure(workload: str, n: int, kind: str, how: dict, chunk: int) -> dict:
                                                         own_pace=own_pace), cluster, own_pace)
     data = network.network_data(dataset, config)
     arms = {}
-    for name, built in (("lockstep", lockstep), ("own_pace", paced)):
+    paced_data = data._replace(pace=timeline.rows())  # what the step at its own pace reads
+    for name, built, arm_data in (("lockstep", lockstep, data), ("own_pace", paced, paced_data)):
         run, state = bench.loop_of(built), bench.initial(built)
-        state = jax.block_until_ready(run(state, data, chunk))[0]  # compiled, and the rows' first chunk
-        arms[name] = [run, state, []]
+        state = jax.block_until_ready(run(state, arm_data, chunk))[0]  # compiled, and the rows' first chunk
+        arms[name] = [run, state, [], arm_data]
     for _ in range(ROUNDS):
         for arm in arms.values():
             start = time.perf_counter()
-            arm[1] = jax.block_until_ready(arm[0](arm[1], data, chunk))[0]
+            arm[1] = jax.block_until_ready(arm[0](arm[1], arm[3], chunk))[0]
             arm[2].append(chunk / (time.perf_counter() - start))
     steps_per_second = {name: statistics.median(arm[2]) for name, arm in arms.items()}
     share = timeline.due_share()
