@@ -336,7 +336,7 @@ class Built:
         """What the schedule has sent after ``steps_done`` steps (:func:`jaxcomm.ledger.book`); at its own pace, from
         the timeline: the rounds that closed, with their members, and each node's own steps
         (:func:`jaxcomm.ledger.book_at_own_pace`)."""
-        rows = getattr(state, "pace", None)
+        rows = state.pace
         if rows is None or not steps_done:
             return ledger.book(self.traffic, self.config.num_nodes, steps_done)
         closes, members, steps = population.to_host((rows.closes[:steps_done], rows.members[:steps_done],
@@ -428,11 +428,16 @@ class Population:
         """Every node's gradient step on ``batch`` at the run's learning rate (``data.settings``; ``extra``:
         per-node arguments of a method's own loss, between the targets and the key); the step counted and the key
         advanced. At its own pace (``state.pace``) only the nodes due change: the others hold."""
-        args = (data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
-                jax.random.split(keys.nodes, self.config.num_nodes))
+        args = self._train_args(state, data, keys, batch, extra)
         nodes, (loss, _) = population.state_and_aux(  # at its own pace the nodes not due hold (their loss 0)
             self.train_nodes(*args) if state.pace is None else self.held_nodes(state.pace.due[state.step], *args))
         return state._replace(nodes=nodes, step=state.step + 1, key=keys.next), LocalInfo(loss, batch.indices)
+
+    def _train_args(self, state: NodesState, data: classifier.ShardData, keys: streams.StepKeys,
+                    batch: classifier.Minibatch, extra: tuple) -> tuple:
+        """The lifted train step's arguments: the learning rate, the nodes, the batch, ``extra``, a key per node."""
+        return (data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
+                jax.random.split(keys.nodes, self.config.num_nodes))
 
     def local_step(self, state: NodesState, data: classifier.ShardData) -> tuple[NodesState, LocalInfo]:
         """Every node's step on a minibatch of its own shard: an isolated network's draws and update."""
@@ -482,9 +487,7 @@ class Population:
         """:meth:`train` with ``gradients(grads, state, ctx) -> (grads, state)`` between every node's backward pass
         and its update (a :class:`Communicator`'s hook): every node is computed; at its own pace the kit's
         :meth:`hold` keeps the ones not due."""
-        n = self.config.num_nodes
-        args = (data.settings.learning_rate, state.nodes, batch.images, batch.targets, *extra,
-                jax.random.split(keys.nodes, n))
+        args = self._train_args(state, data, keys, batch, extra)
         axes = (None, *([0] * (len(args) - 1)))
         grads, model_state, (loss, _) = population.lift(self.node_step.gradients, backend=self.backend,
                                                         in_axes=axes)(*args)

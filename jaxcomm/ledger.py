@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from jaxcomm import exchange as exchanges
 
 KINDS = ("inputs", "payload", "parameters", "indices", "headers", "coordinates")
@@ -140,12 +142,14 @@ def book_at_own_pace(traffic: tuple[Round, ...], node_steps, members, *, waited_
       waited_every: the period of the rounds the nodes wait for (0: they wait for none).
     """
     n, total = len(node_steps), Booking()
+    sizes, rounds = np.unique(np.asarray(members, bool).sum(axis=1), return_counts=True)  # rounds of k members
     for r in traffic:
         if waited_every and r.every == waited_every:
-            sent = sum(r.sent_per_round(int(k)) if r.pattern != "neighbours" else r.sent_per_round(n) * int(k) / n
-                       for k in (row.sum() for row in members))
+            sent = sum(int(count) * (r.sent_per_round(int(k)) if r.pattern != "neighbours"
+                                     else r.sent_per_round(n) * int(k) / n)
+                       for k, count in zip(sizes, rounds, strict=True))
         else:  # every `every` of a node's own steps, its share of a round
-            sent = sum(int(s) // r.every for s in node_steps) * r.sent_per_round(n) / n
+            sent = int(np.sum(np.asarray(node_steps) // r.every)) * r.sent_per_round(n) / n
         total = total + Booking(**{r.kind: float(sent)})
     return total
 

@@ -157,8 +157,7 @@ def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[st
 
 
 def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
-            cluster: clock.Cluster | None = None, timeline: pace.Timeline | None = None,
-            rows: pace.Rows | None = None) -> driver.System:
+            cluster: clock.Cluster | None = None, timeline: pace.Timeline | None = None) -> driver.System:
     system = (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
     if cluster is None:
         return system
@@ -166,12 +165,15 @@ def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
     if timeline is None:
         return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
             "clock": clock.reading(cluster, built, state, steps_done)})
-    if rows is not None:  # the evaluation reads the rows as the step does (the ledger: the rounds that closed)
-        evaluate = (lambda inner: lambda state, infos, steps_done: inner(_with_rows(state, rows), infos,
-                                                                          steps_done))(evaluate)
-    return system._replace(evaluate=lambda state, infos, steps_done: evaluate(state, infos, steps_done) | {
-        "clock": {"seconds": timeline.record(steps_done)["seconds"], "cluster": cluster.label, "own_pace": True},
-        "pace": timeline.record(steps_done)})
+    rows = timeline.host_rows()
+
+    def evaluate_at_own_pace(state, infos, steps_done: int) -> dict:
+        # the evaluation reads the rows as the step does (the ledger: the rounds that closed), from the host
+        record = timeline.record(steps_done)
+        return evaluate(_with_rows(state, rows), infos, steps_done) | {
+            "clock": {"seconds": record["seconds"], "cluster": cluster.label, "own_pace": True}, "pace": record}
+
+    return system._replace(evaluate=evaluate_at_own_pace)
 
 
 def _with_rows(state, rows: pace.Rows | None):
@@ -291,11 +293,11 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
     checkpoint.record_lift(checkpointer, built)
     config = built.config
     shards = shard_data(method, dataset, config, hyper, timeline=timeline)
-    result = driver.train(_system(method, built, dataset, eval_split, cluster, timeline, shards.pace), shards,
+    result = driver.train(_system(method, built, dataset, eval_split, cluster, timeline), shards,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
                           checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return _finish(result, built, method, shards.pace) | ({"timeline": timeline} if timeline is not None else {})
+    return _finish(result, built, method, timeline)
 
 
 def load(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset,
@@ -351,10 +353,13 @@ def shard_data(method: Method, dataset: ImageDataset, config: kit.RunConfig,
     return data if timeline is None else data._replace(pace=timeline.rows())
 
 
-def _finish(result: dict, built: Built, method: Method, rows: pace.Rows | None = None) -> dict:
+def _finish(result: dict, built: Built, method: Method, timeline: pace.Timeline | None = None) -> dict:
     final = result["final"]
-    return result | {"built": built, "method": method.name, "bytes": final["bytes"] if final else None,
-                     "state": _with_rows(result["state"], rows)}  # at its own pace: the state as the step read it
+    out = result | {"built": built, "method": method.name, "bytes": final["bytes"] if final else None}
+    if timeline is None:
+        return out
+    # at its own pace: the timeline, and the state with its rows as the step read them (what bytes_of books from)
+    return out | {"timeline": timeline, "state": _with_rows(result["state"], timeline.host_rows())}
 
 
 def check_runs(method: Method, configs: Sequence[kit.RunConfig]) -> None:
@@ -419,14 +424,13 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
                               getattr(first, "family", None))
-    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl, d.pace)
-                                 for b, tl, d in zip(builts, timelines, datas, strict=True)], states, datas,
+    results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl)
+                                 for b, tl in zip(builts, timelines, strict=True)], states, datas,
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,
                                 nodes_per_run=configs[0].num_nodes, progress=progress, desc=desc or method.name,
                                 checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return [_finish(result, b, method, d.pace) | ({"timeline": tl} if tl is not None else {})
-            for result, b, tl, d in zip(results, builts, timelines, datas, strict=True)]
+    return [_finish(result, b, method, tl) for result, b, tl in zip(results, builts, timelines, strict=True)]
 
 
 def bytes_of(result: dict, *, data_model: str | None = None, encoding: str = "raw",

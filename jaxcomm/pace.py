@@ -132,11 +132,14 @@ class Timeline(NamedTuple):
     def num_ticks(self) -> int:
         return len(self.time)
 
+    def host_rows(self) -> Rows:
+        """The rows as host arrays, in the dtypes the compiled step reads (what an evaluation reads: no transfer)."""
+        return Rows(self.due, self.closes, self.members, np.asarray(self.steps, np.int32),
+                    np.asarray(self.node_start, np.float32), np.asarray(self.node_time, np.float32))
+
     def rows(self) -> Rows:
         """The device rows the compiled step reads (:class:`Rows`)."""
-        return Rows(jnp.asarray(self.due), jnp.asarray(self.closes), jnp.asarray(self.members),
-                    jnp.asarray(self.steps, jnp.int32), jnp.asarray(self.node_start, jnp.float32),
-                    jnp.asarray(self.node_time, jnp.float32))
+        return Rows(*map(jnp.asarray, self.host_rows()))
 
     def due_share(self) -> float:
         """The mean share of nodes due per tick: of a step that computes every node, the useful work."""
