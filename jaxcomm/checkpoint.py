@@ -78,7 +78,7 @@ class Checkpointer:
         """Writes ``state`` and the JSON ``meta`` at ``step`` and waits until it is on disk."""
         if self._manager.latest_step() == step:
             return
-        leaves = jax.tree_util.tree_leaves(state)
+        leaves = [_key_data(leaf) for leaf in jax.tree_util.tree_leaves(state)]  # typed keys as their uint32 data
         if not any(_spans_processes(leaf) for leaf in leaves):
             leaves = jax.device_get(leaves)
         # A leaf spanning processes stays a jax.Array: each process writes the shards it holds.
@@ -109,7 +109,8 @@ class Checkpointer:
             raise ValueError(f"checkpoint {self.directory}/{step} holds {len(stored)} arrays, the run expects "
                              f"{len(flat)}: it was written by another configuration")
         targets = {}
-        for i, like in enumerate(flat):
+        for i, key_like in enumerate(flat):
+            like = _key_data(key_like)  # a typed key is stored as its data (:meth:`save`)
             shape = np.shape(like)
             dtype = np.dtype(like.dtype if isinstance(like, jax.Array) else np.asarray(like).dtype)
             saved = stored[str(i)]
@@ -124,10 +125,26 @@ class Checkpointer:
         # uncommitted on the default device: committing it there would clash with the sharded leaves.
         leaves = [jax.device_put(restored["state"][str(i)]) if isinstance(like, jax.Array) and not _placed(like)
                   else restored["state"][str(i)] for i, like in enumerate(flat)]
+        leaves = [jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like)) if _is_typed_key(like) else leaf
+                  for leaf, like in zip(leaves, flat, strict=True)]
         return int(step), jax.tree_util.tree_unflatten(treedef, leaves), dict(restored["meta"])
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _is_typed_key(leaf: Any) -> bool:
+    """Whether ``leaf`` is an array of typed PRNG keys (``jax.random.key``), which numpy cannot hold."""
+    return hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def _key_data(leaf: Any) -> Any:
+    """A typed key array's ``uint32`` data (``[..., 2]`` for threefry), anything else as it is."""
+    if not _is_typed_key(leaf):
+        return leaf
+    if isinstance(leaf, jax.ShapeDtypeStruct):
+        return jax.eval_shape(jax.random.key_data, leaf)
+    return jax.random.key_data(leaf)
 
 
 def _spans_processes(leaf: Any) -> bool:

@@ -201,8 +201,9 @@ class ShardData(NamedTuple):
 
 
 def shards_of(labels: np.ndarray, config):
-    """The config's partition of the training split over its N nodes (:func:`jaxcomm.data.partition`)."""
-    return partition(labels, config.num_nodes, scheme=config.partition, alpha=config.dirichlet_alpha,
+    """The config's partition of the training split over its shards (:func:`jaxcomm.data.partition`): one per node,
+    or one per client of a config of clients (``config.num_shards``, :attr:`jaxcomm.kit.RunConfig.num_shards`)."""
+    return partition(labels, config.num_shards, scheme=config.partition, alpha=config.dirichlet_alpha,
                      seed=config.seed)
 
 

@@ -264,8 +264,11 @@ def two_tier(compute: Compute, num_nodes: int, *, regions: int = 2, inside: Link
 
 def round_seconds(r: ledger.Round, cluster: Cluster, num_nodes: int) -> float:
     """Seconds one round of ``r`` takes on ``cluster`` (the slowest link along a ring of the nodes in id order for
-    the collectives; the slowest link of the cluster for a neighbour exchange, whose graph it does not know)."""
+    the collectives; the slowest link of the cluster for a neighbour exchange, whose graph it does not know; the
+    server's link for a "server" round, :func:`server_seconds`)."""
     n = num_nodes
+    if r.pattern == "server":  # a server is there to talk to even for one client
+        return server_seconds(r, cluster, n)
     if n == 1 or r.nbytes == 0:
         return 0.0
     ring = cluster.slowest((i, (i + 1) % n) for i in range(n))
@@ -277,6 +280,27 @@ def round_seconds(r: ledger.Round, cluster: Cluster, num_nodes: int) -> float:
         worst = cluster.slowest(list(cluster.edges) + [(0, 1)])
         return r.parts * worst.latency + (r.edges / n) * r.nbytes / worst.bandwidth
     raise ValueError(f"pattern must be one of {ledger.PATTERNS}, got {r.pattern!r}")
+
+
+def server_seconds(r: ledger.Round, cluster: Cluster, num_nodes: int) -> float:
+    """Seconds of one "server" round of N clients: the N uploads of ``nbytes``, then the N downloads of the server's
+    reply, each direction ``parts x latency + max(N x nbytes / server bandwidth, nbytes / the slowest client's
+    access link)``: the server's link (the cluster's ``link``, capped by its ``bottleneck`` where it has one)
+    carries the N copies one after the other, and no client's copy passes its own uplink (downlink) faster.
+
+    References: Hockney (1994) (a transfer as latency + bytes / bandwidth); McMahan et al. (2017) (FedAvg: the
+    cohort uploads its models, the server broadcasts the average)."""
+    if r.nbytes == 0:
+        return 0.0
+    server = cluster.link if cluster.bottleneck is None else Link(
+        min(cluster.link.bandwidth, cluster.bottleneck.bandwidth), cluster.link.latency + cluster.bottleneck.latency)
+    n = num_nodes
+
+    def way(access: tuple[float, ...]) -> float:  # one direction: the server's link, or the slowest client's own
+        slowest = min(access[:n], default=math.inf)
+        return r.parts * server.latency + max(n * r.nbytes / server.bandwidth, r.nbytes / slowest)
+
+    return way(tuple(cluster.uplinks)) + way(tuple(cluster.downlinks))
 
 
 def traffic_of(built: Any, state: Any) -> tuple[ledger.Round, ...]:

@@ -142,6 +142,14 @@ class RunConfig:
         """A copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def num_shards(self) -> int:
+        """The shards the run's data holds (:func:`jaxcomm.classifier.shards_of`): one per node. A config of clients
+        (:class:`jaxcomm.federated.FederatedConfig`) holds one per client, M, while its ``num_nodes`` = K are the
+        compiled slots a cohort trains in (a :class:`Communicator`'s ``shards`` hook says which client each slot
+        draws from)."""
+        return self.num_nodes
+
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 """The fields of :class:`RunConfig`: what a config of any method holds for the kit."""
@@ -246,6 +254,11 @@ class Context(NamedTuple):
       step: ``[] int32`` ticks taken before this one.
       settings: the run's :class:`RunSettings` (``settings.hyper[name]``: the method's swept values).
       info: in ``communicate``, the tick's :class:`LocalInfo` (``loss [N]``, 0 where a node held); None before.
+      sizes: ``[M] int32`` the real size of every shard of the run's data (``data.shard_sizes``: one per node, or one
+        per client of a run of clients, :attr:`RunConfig.num_shards`): FedAvg's sample counts, a cohort drawn by
+        weight.
+      ids: ``[N] int32`` the shard each node (slot) draws from this tick, as the communicator's ``shards`` hook said;
+        None without one (node n draws from shard n).
     """
 
     tick: Tick
@@ -253,6 +266,8 @@ class Context(NamedTuple):
     step: jax.Array
     settings: RunSettings
     info: LocalInfo | None = None
+    sizes: jax.Array | None = None
+    ids: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +290,11 @@ class Communicator:
         outer step). ``state.step`` counts the tick just taken.
       info: ``info(local_info, ctx) -> info``: the step's info (default the :class:`LocalInfo`, ``loss [N]`` and
         ``indices [N, B]``).
+      shards: ``shards(state, ctx) -> ids [N] int32``: which shard of the run's data each of the N compiled nodes
+        (slots) draws its minibatch from this tick (a cohort of K of M clients, :mod:`jaxcomm.federated`); the kit
+        gathers those rows of ``data.shard_indices`` and ``data.shard_sizes`` before the draw, so slot i draws from
+        shard ``ids[i]`` with its own keys, and every later hook reads the ids in ``ctx.ids``. None: node n draws
+        from shard n (bit for bit the step without the hook).
       traffic: what the method sends (:class:`jaxcomm.ledger.Round` values), or a function of the run's ``hyper``.
       models_of: the models evaluated, ``models_of(state)`` (default every node's).
       same_start: every node starts from one model (synchronous SGD's, local SGD's).
@@ -288,6 +308,7 @@ class Communicator:
     gradients: Callable | None = None
     communicate: Callable | None = None
     info: Callable | None = None
+    shards: Callable | None = None
     traffic: Sequence[ledger.Round] | Callable = ()
     models_of: Callable | None = None
     same_start: bool = False
@@ -480,7 +501,13 @@ class Population:
 
     def context(self, state: NodesState, data: classifier.ShardData) -> Context:
         """The :class:`Context` of the tick ``state`` is about to take."""
-        return Context(self.tick(state), state.key, state.step, data.settings)
+        return Context(self.tick(state), state.key, state.step, data.settings, sizes=data.shard_sizes)
+
+    @staticmethod
+    def slots_data(data: classifier.ShardData, ids: jax.Array) -> classifier.ShardData:
+        """``data`` whose N shards are the rows ``ids [N] int32`` of its M (``shard_indices [N, S]``, ``shard_sizes
+        [N]``): slot i draws from shard ``ids[i]`` (a :class:`Communicator`'s ``shards`` hook)."""
+        return data._replace(shard_indices=data.shard_indices[ids], shard_sizes=data.shard_sizes[ids])
 
     def train_with(self, gradients: Callable, state: NodesState, data: classifier.ShardData, keys: streams.StepKeys,
                    batch: classifier.Minibatch, ctx: Context, *extra: jax.Array) -> tuple[NodesState, LocalInfo]:
@@ -500,13 +527,17 @@ class Population:
         """A method's :class:`Built` from its :class:`Communicator`: the step written once here.
 
         One tick: its :class:`Context` (read before the step), every node's minibatch from its own shard (an
-        isolated network's draws), the communicator's ``targets``, every node's backward pass, its ``gradients``,
+        isolated network's draws; with a ``shards`` hook, slot i's from shard ``ids[i]``), the communicator's
+        ``targets``, every node's backward pass, its ``gradients``,
         the update (the nodes not due held), its ``communicate``; then the kit holds every node that is neither due
         nor in a closing round (:meth:`hold`)."""
         c = communicator
 
         def step(state: NodesState, data: classifier.ShardData):
             ctx = self.context(state, data)
+            if c.shards is not None:  # the slots draw from the shards the communicator names (a cohort of clients)
+                ctx = ctx._replace(ids=c.shards(state, ctx))
+                data = self.slots_data(data, ctx.ids)
             keys, batch = self.draw(state, data)
             extra = () if c.targets is None else tuple(c.targets(state, batch, ctx))
             if c.gradients is None:
@@ -583,7 +614,7 @@ class TunedStep:
 
 
 def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
-               optimizer: optax.GradientTransformation | None = None, loss: Callable | None = None,
+               optimizer: optax.GradientTransformation | Callable | None = None, loss: Callable | None = None,
                extra_args: Sequence[jax.ShapeDtypeStruct] = (), static_graph: bool = False,
                waits: pace.Waits = pace.NOTHING) -> Population:
     """N nodes of ``model`` (a Flax classifier returning ``(logits, features)``) on the config's shards.
@@ -593,7 +624,9 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
       model: every node's classifier.
       image_shape: ``(H, W, C)``; num_classes: C.
       optimizer: each node's optimiser (default Adam at the run's learning rate, data of the step so a sweep may
-        vary it, and the config's schedule); a given one is used as it is.
+        vary it, and the config's schedule); a function of the learning rate (``optax.sgd``, ``functools.partial(
+        optax.sgd, momentum=0.9)``) is given the run's rate and schedule the same way; a transformation is used as
+        it is (the config's learning rate unread).
       loss: one node's ``loss(params, model_state, images uint8 [B, ...], targets [B, C], *extra, key) -> (loss [],
         (model_state, aux))`` (default the cross-entropy, :func:`jaxcomm.classifier.classifier_loss`, in the
         config's compute dtype).
@@ -605,8 +638,9 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
     config.check_devices()
     waits.check(config.num_nodes)
     node_loss = loss or classifier.classifier_loss(model, config.compute_dtype)
-    optimizer_for = ((lambda lr: optimizer) if optimizer is not None
-                     else (lambda lr: optax.adam(classifier.learning_rate(config, lr))))
+    make = optimizer if callable(optimizer) else optax.adam  # a transformation (not callable) is used as it is
+    optimizer_for = ((lambda lr: optimizer) if optimizer is not None and not callable(optimizer)
+                     else (lambda lr: make(classifier.learning_rate(config, lr))))
     tuned = TunedStep(lambda lr: population.make_train_step(node_loss, optimizer_for(lr)))
     init_node = classifier.classifier_init(model, optimizer_for(config.learning_rate), image_shape)
     backend, step_loop, family = classifier.choose_backend(

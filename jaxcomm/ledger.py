@@ -79,7 +79,7 @@ def to_neighbours(copies: int, num_values: int, *, bytes_per_value: int = 4) -> 
     return Booking(parameters=float(copies * num_values * bytes_per_value))
 
 
-PATTERNS = ("allreduce", "allgather", "neighbours")
+PATTERNS = ("allreduce", "allgather", "neighbours", "server")
 
 
 class Round(NamedTuple):
@@ -88,7 +88,9 @@ class Round(NamedTuple):
     Attributes:
       pattern: "allreduce" (a ring all-reduce of a ``nbytes`` vector held by every node), "allgather" (every
         node's ``nbytes`` message reaches the N - 1 others: messages that cannot be summed on the way) or
-        "neighbours" (every node sends ``nbytes`` to each of its out-neighbours, ``edges`` copies in all).
+        "neighbours" (every node sends ``nbytes`` to each of its out-neighbours, ``edges`` copies in all) or "server"
+        (clients to a server: each of the N nodes, a cohort's clients, uploads ``nbytes`` and downloads the server's
+        ``nbytes`` reply, the global model, once per round: FedAvg, SCAFFOLD; the ledger books the uploads).
       nbytes: one node's contribution (see ``pattern``).
       every: steps between rounds; a round ends steps ``every, 2 every, ...``.
       blocking: the nodes wait for it (synchronous); False: it overlaps the ``every`` steps of compute before
@@ -109,13 +111,16 @@ class Round(NamedTuple):
 
     def sent_per_round(self, num_nodes: int) -> float:
         """Bytes all nodes send in one round: ``N x 2 (N-1)/N x nbytes`` (ring all-reduce), ``N (N-1) x nbytes``
-        (all-gather), ``edges x nbytes`` (neighbours)."""
+        (all-gather), ``edges x nbytes`` (neighbours), ``N x nbytes`` (server: the N uploads; the server's reply
+        is the server's, not a node's)."""
         if self.pattern == "allreduce":
             return 2.0 * (num_nodes - 1) * self.nbytes
         if self.pattern == "allgather":
             return float(num_nodes * (num_nodes - 1) * self.nbytes)
         if self.pattern == "neighbours":
             return float(self.edges * self.nbytes)
+        if self.pattern == "server":
+            return float(num_nodes * self.nbytes)
         raise ValueError(f"pattern must be one of {PATTERNS}, got {self.pattern!r}")
 
     def rounds_done(self, steps_done: int) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -87,7 +88,7 @@ def local_sgd_outer() -> optax.GradientTransformation:
 
 def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int, ...],
                    num_classes: int, sync_every: int, outer: optax.GradientTransformation | None = None,
-                   inner: optax.GradientTransformation | None = None, quorum: int | None = None,
+                   inner: optax.GradientTransformation | Callable | None = None, quorum: int | None = None,
                    grace: float = 0.0) -> LocalSGD:
     """Builds local SGD / DiLoCo of ``model``, a Flax classifier returning ``(logits, features)``.
 
@@ -99,7 +100,9 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
       num_classes: C.
       sync_every: H >= 1, inner steps per round.
       outer: the outer optimiser (default :func:`diloco_outer`; :func:`local_sgd_outer` for local SGD).
-      inner: each node's optimiser (default Adam at the config's rate and schedule).
+      inner: each node's optimiser: a function of the learning rate (``optax.sgd``: the config's rate and schedule,
+        swept as data), or a transformation used as it is (its own rate; the config's unread); default Adam at the
+        config's rate and schedule.
       quorum: K reports that close a round (None: every node's, synchronous DiLoCo); grace: seconds a round stays
         open after its quorum (:class:`jaxcomm.pace.Waits`).
     """
@@ -163,27 +166,40 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     return built.extended(LocalSGD, predict=predict, sync_every=sync_every, num_params=pop.num_params)
 
 
+def check_inner(inner: Callable | None) -> None:
+    """Raises ValueError naming ``inner`` unless it is None or a function of the learning rate: a method's inner
+    optimiser trains at the config's learning rate (swept as data), never at one of its own."""
+    require(inner is None or callable(inner), "inner",
+            "a function of the learning rate (optax.sgd, not optax.sgd(0.05)): the config's learning_rate is the "
+            "inner rate", inner)
+
+
 def local_sgd(sync_every: int, *, outer: optax.GradientTransformation | None = None,
-              name: str | None = None, quorum: int | None = None, grace: float = 0.0) -> methods.Method:
+              inner: Callable | None = None, name: str | None = None, quorum: int | None = None,
+              grace: float = 0.0) -> methods.Method:
     """Local SGD / DiLoCo as a method (:class:`jaxcomm.methods.Method`): H = ``sync_every`` inner steps, then the
     outer step (default :func:`local_sgd_outer`, plain averaging); scored by the global model's accuracy.
-    ``quorum``, ``grace``: a round closes on K reports (:func:`make_local_sgd`)."""
+    ``inner``: each node's optimiser as a function of the learning rate (default Adam; ``optax.sgd``: FedAvg's
+    plain-SGD clients), given the config's rate and schedule. ``quorum``, ``grace``: a round closes on K reports
+    (:func:`make_local_sgd`)."""
     outer = outer or local_sgd_outer()
+    check_inner(inner)
 
     def build(config, model, *, image_shape, num_classes):
         return make_local_sgd(config, model, image_shape=image_shape, num_classes=num_classes,
-                              sync_every=sync_every, outer=outer, quorum=quorum, grace=grace)
+                              sync_every=sync_every, outer=outer, inner=inner, quorum=quorum, grace=grace)
 
     suffix = "" if quorum is None else f"_q{quorum}"
     return methods.Method(name or f"local_sgd_h{sync_every}{suffix}", build, family="local_sgd", score="model")
 
 
-def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9, quorum: int | None = None,
-           grace: float = 0.0, name: str | None = None) -> methods.Method:
-    """DiLoCo as a method: :func:`local_sgd` with the Nesterov outer optimiser (:func:`diloco_outer`); with a
-    ``quorum`` of K (and a ``grace`` window in seconds), a round closes on K reports at its own pace."""
+def diloco(sync_every: int, *, learning_rate: float = 0.7, momentum: float = 0.9, inner: Callable | None = None,
+           quorum: int | None = None, grace: float = 0.0, name: str | None = None) -> methods.Method:
+    """DiLoCo as a method: :func:`local_sgd` with the Nesterov outer optimiser (:func:`diloco_outer`); ``inner`` as
+    :func:`local_sgd`'s (default Adam, the paper's AdamW without decay); with a ``quorum`` of K (and a ``grace``
+    window in seconds), a round closes on K reports at its own pace."""
     suffix = "" if quorum is None else f"_q{quorum}"
-    return local_sgd(sync_every, outer=diloco_outer(learning_rate, momentum), quorum=quorum, grace=grace,
+    return local_sgd(sync_every, outer=diloco_outer(learning_rate, momentum), inner=inner, quorum=quorum, grace=grace,
                      name=name or f"diloco_h{sync_every}{suffix}")
 
 

@@ -381,7 +381,7 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
           checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
           mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None,
           hyper: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None,
-          own_pace: pace.OwnPace | bool = False) -> list[dict]:
+          own_pace: pace.OwnPace | bool = False, until_seconds: float | None = None) -> list[dict]:
     """Trains R runs of ``method`` as one sweep (:func:`jaxcomm.sweep.train_runs`); each result equals
     :func:`train`'s of the run alone.
 
@@ -395,6 +395,9 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
         per run (e.g. SPARTA's fraction over 0.001-0.05 as one sweep).
       eval_split, progress, desc, checkpointer, divergence, donate, cluster, own_pace: as :func:`train` (at its
         own pace, every run its own timeline, from its seed).
+      until_seconds: as :func:`train`: every run to the horizon on its own timeline. Runs of other seeds reach it
+        after other numbers of ticks, and the ticks are the compiled step's (its schedule, its chunks), so the runs
+        then train one after the other, each :func:`train`'s run alone (``sweep["mode"]`` "sequential").
 
     Returns:
       R dicts as :func:`train` returns, in the order of ``configs``, each with ``sweep`` = ``{"runs", "mode"}``.
@@ -405,6 +408,15 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
         raise ValueError(f"hyper: one mapping for every run, or one per run ({len(configs)}), got {len(hyper)}")
     values = [hyper_of(method, hyper if hyper is None or isinstance(hyper, Mapping) else hyper[r])
               for r in range(len(configs))]
+    if until_seconds is not None:
+        check_horizon(until_seconds, cluster, own_pace)
+        info = {"runs": len(configs), "mode": "sequential"}
+        return [train(method, c, model, dataset, eval_split=eval_split, progress=progress,
+                      desc=f"{desc or method.name} run {r + 1}" if len(configs) > 1 else desc,
+                      checkpointer=None if checkpointer is None else checkpointer.sub(f"run_{r}"),
+                      divergence=divergence, donate=donate, cluster=cluster, hyper=h, own_pace=own_pace,
+                      until_seconds=until_seconds) | {"sweep": info}
+                for r, (c, h) in enumerate(zip(configs, values, strict=True))]
     first = build(method, configs[0], model, dataset, cluster=cluster, own_pace=own_pace)
     if (method.per_run == KIT_PER_RUN and not isinstance(first, kit.Built)
             and len({c.learning_rate for c in configs}) > 1):

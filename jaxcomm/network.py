@@ -428,6 +428,9 @@ class Network:
         network was built for (:func:`jaxcomm.clock.delivery_steps`); at its own pace, ticks; None: none.
       own_pace: built to train at its own pace (:mod:`jaxcomm.pace`).
       waits: what its nodes wait for: nothing (Algorithm 2).
+      link_seconds: at its own pace, ``[N, N] float32`` seconds a message takes on each edge
+        (:func:`jaxcomm.clock.delivery_seconds`); None otherwise.
+      bottleneck: at its own pace, the cluster's shared bottleneck (or None).
     """
 
     config: NetworkConfig
@@ -446,6 +449,8 @@ class Network:
     delays: np.ndarray | None = None
     own_pace: bool = False
     waits: pace.Waits = pace.NOTHING
+    link_seconds: jax.Array | None = None
+    bottleneck: Any = None
 
     @property
     def layout(self) -> driver.Layout | None:
@@ -808,7 +813,7 @@ def make_network(
     abstract = jax.eval_shape(program.init, jax.random.PRNGKey(0))  # shapes only
     return Network(config, init, step, predict, payload_dim, backend, step_loop, exchange, message_bytes, family,
                    program.divergence, sample_bytes, bandwidth.num_params((abstract.params, abstract.model_state)),
-                   delays, bool(own_pace))
+                   delays, bool(own_pace), link_seconds=link_seconds, bottleneck=bottleneck)
 
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
@@ -817,8 +822,11 @@ def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
     return classifier.shard_data(dataset, config, settings(config))
 
 
-def counter_totals(state) -> dict:
-    """Inbox counters summed over nodes (zeros for a state without an inbox)."""
+def counter_totals(state, network: Network | None = None, steps_done: int = 0) -> dict:
+    """Inbox counters summed over nodes (zeros for a state without an inbox). At its own pace (``network`` built
+    so, ``state.pace`` its rows), a message lands in its reader's inbox when sent but is read only once it has
+    arrived: those not yet arrived after ``steps_done`` ticks are ``in_flight``, not ``received`` nor ``pending``
+    (:func:`in_flight_at_own_pace`), so ``sent = received + in_flight`` as in lockstep."""
     box = getattr(state, "inbox", None)
     if box is None:
         return {field: 0 for field in inbox.InboxCounters._fields} | {"pending": 0}
@@ -833,7 +841,34 @@ def counter_totals(state) -> dict:
         if transit.age_seconds is not None:  # at its own pace: ticks, virtual seconds and the receiver's own steps
             seconds, steps = population.to_host((transit.age_seconds, transit.age_steps))
             totals |= {"mean_age_seconds": mean(seconds), "mean_age_receiver_steps": mean(steps)}
+    if network is not None and network.link_seconds is not None and getattr(state, "pace", None) is not None:
+        flying = in_flight_at_own_pace(network, state, steps_done)  # nothing waits in the transit at its own pace
+        totals |= {"received": totals["received"] - flying, "pending": totals["pending"] - flying,
+                   "in_flight": totals.get("in_flight", 0) + flying}
     return totals
+
+
+def in_flight_at_own_pace(network: Network, state, steps_done: int) -> int:
+    """Messages pending in the inboxes after ``steps_done`` ticks at its own pace that have not arrived: the
+    sender's step end plus the link's seconds (and on a shared bottleneck its latency and share of its bandwidth,
+    as :func:`_arrived` times a read) later than the end of the reader's last step, when its next step begins."""
+    if not steps_done:
+        return 0
+    box, rows = state.inbox, state.pace
+    sender, sent_step, head, count, end, link = population.to_host((
+        box.messages.sender, box.messages.sent_step, box.head, box.count, rows.end, network.link_seconds))
+    n, capacity = sender.shape
+    reader = np.arange(n)[:, None]
+    slot = (head[:, None] + np.arange(capacity)) % capacity  # [N, K] oldest first
+    waiting = np.arange(capacity)[None] < count[:, None]
+    source, sent = sender[reader, slot], sent_step[reader, slot]
+    arrival = end[sent, source] + link[source, reader]
+    bottleneck = network.bottleneck
+    if bottleneck is not None:
+        copies = population.to_host(state.copies_per_tick)[sent]
+        arrival = arrival + bottleneck.latency + copies * network.message_bytes / bottleneck.bandwidth
+    now = end[steps_done - 1][:, None]  # [N, 1]: each reader's last step end
+    return int(np.sum(waiting & (arrival.astype(np.float32) > now)))
 
 
 Evaluator = Callable[["Network", "NetworkState", int], dict]
@@ -960,7 +995,7 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
     def evaluate_(state: NetworkState, infos: StepInfo, steps_done: int) -> dict:
         metrics = evaluator(network, state, steps_done)
         infos = population.to_host(infos)
-        counters = counter_totals(state)
+        counters = counter_totals(state, network, steps_done)
         return {"loss": pace.taken_mean(infos.loss, state, steps_done),
                 "consumed_fraction": float(np.mean(infos.consumed)),
                 "alive_fraction": float(np.mean(infos.alive)), **metrics, "counters": counters,

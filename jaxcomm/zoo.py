@@ -14,6 +14,9 @@
 * ``powersgd:<rank>``: synchronous SGD with rank-r PowerSGD (``powersgd_r<rank>``);
 * ``diloco:<H>`` / ``local_sgd:<H>``: local SGD with DiLoCo's or plain averaging outer step (``diloco_h<H>``);
 * ``codistill:<K>``: codistillation with checkpoints every K steps (``codistill_k<K>``);
+* ``fedavg:<H>[:<K>]``, ``fedavgm:<H>[:<K>]``, ``fedadam:<H>[:<K>]``, ``fedyogi:<H>[:<K>]``, ``scaffold:<H>[:<K>]``,
+  ``fedprox:<H>:<mu>[:<K>]``: the federated methods (:mod:`jaxcomm.federated`), H client steps per round, a cohort
+  of K of the config's ``num_nodes`` clients (default all); rows ``fedavg_h<H>_k<K>``, ``fedprox_h<H>_mu<mu>``, ...;
 * ``osgp:<tau>``: overlap Stochastic Gradient Push, messages mixed tau steps after they are sent (``sgp`` is the
   factory below, :func:`jaxcomm.sgp.sgp`);
 * any other ``[module.]factory[:arg[:arg...]]``: the factory called with the arguments (ints, floats or
@@ -32,6 +35,7 @@ from jaxcomm import (
     codistillation,
     compression,
     data_parallel,
+    federated,
     gossip,
     local_sgd,
     methods,
@@ -50,11 +54,15 @@ DEFAULT_FEEDBACK = {"top_k": True, "sign": True, "random_k": False, "qsgd": Fals
 UNSET = ("sign", "natural", "natural_det")
 """Compressors with no setting (AdaComp's bin length is optional: its default is the paper's per layer kind)."""
 CONTENTS = ("none", "true_labels", "logits", "features")
+FEDERATED = {"fedavg": federated.fedavg, "fedavgm": federated.fedavgm, "fedadam": federated.fedadam,
+             "fedyogi": federated.fedyogi, "scaffold": federated.scaffold}
+"""The federated specs ``<name>:<H>[:<K>]`` (``fedprox:<H>:<mu>[:<K>]`` beside them)."""
 
 
 def _usage(spec: str) -> ValueError:
     return ValueError(f"method {spec!r}: expected outputs:<none|true_labels|logits|features>, sync, gossip:<k>, "
-                      "diloco:<H>, local_sgd:<H>, codistill:<K>, osgp:<tau>, powersgd:<rank>, top_k:<fraction>, "
+                      "diloco:<H>, local_sgd:<H>, codistill:<K>, osgp:<tau>, powersgd:<rank>, fedavg:<H>[:<K>] "
+                      "(fedavgm, fedadam, fedyogi, scaffold alike), fedprox:<H>:<mu>[:<K>], top_k:<fraction>, "
                       "random_k:<fraction>, induced:<fraction>, sign, natural, natural_det, qsgd:<levels> or "
                       "adacomp[:<bin length>] (the compressors optionally followed by :whole or "
                       ":layer and :ef or :noef), or [module.]factory[:arg...] of a method factory")
@@ -115,6 +123,21 @@ def _compressed(spec: str, head: str, args: list[str]) -> methods.Method:
     return data_parallel.sync_sgd(compression.make(head, **kwargs), name=name)
 
 
+def _federated(spec: str, head: str, args: list[str]) -> methods.Method:
+    """``<name>:<H>[:<K>]`` of :data:`FEDERATED`, or ``fedprox:<H>:<mu>[:<K>]``."""
+    counts = args[:1] + args[2 if head == "fedprox" else 1:]  # H and K, fedprox's mu between them
+    if len(args) not in ((2, 3) if head == "fedprox" else (1, 2)) or not all(a.isdigit() and int(a) >= 1
+                                                                               for a in counts):
+        raise _usage(spec)
+    steps, cohort = int(args[0]), int(counts[1]) if len(counts) > 1 else None
+    try:
+        if head == "fedprox":
+            return federated.fedprox(steps, float(args[1]), cohort=cohort)
+        return FEDERATED[head](steps, cohort=cohort)
+    except ValueError as error:
+        raise ValueError(f"method {spec!r}: {error}") from None
+
+
 def _factory(spec: str, head: str, args: list[str]) -> methods.Method:
     """``[module.]factory`` called with ``args``; a bare name is ``jaxcomm.<name>.<name>``."""
     module, _, name = head.rpartition(".")
@@ -158,4 +181,6 @@ def parse(spec: str, *, recipe: recipes.Chapter2Recipe | None = None, gossip_nei
         return data_parallel.sync_sgd()
     if head in DEFAULT_FEEDBACK:
         return _compressed(spec, head, args)
+    if head in FEDERATED or head == "fedprox":
+        return _federated(spec, head, args)
     return _factory(spec, head, args)

@@ -254,9 +254,11 @@ def noisy_system() -> driver.System:
     return driver.System(lambda key: {"key": key, "params": jnp.zeros(3)}, step, evaluate)
 
 
-def test_checkpointed_resume_is_bit_identical(tmp_path):
+@pytest.mark.parametrize("key", [jax.random.PRNGKey(3), jax.random.key(3)], ids=["raw_key", "typed_key"])
+def test_checkpointed_resume_is_bit_identical(tmp_path, key):
+    # a typed key (jax.random.key) in the state is checkpointed as its data and comes back typed, bit for bit
     tracker = driver.Tracker(score=lambda r: r["val"], keep=lambda s: s["params"])
-    run = lambda **kw: driver.train(noisy_system(), None, num_steps=20, eval_every=4, key=jax.random.PRNGKey(3),
+    run = lambda **kw: driver.train(noisy_system(), None, num_steps=20, eval_every=4, key=key,  # noqa: E731
                                     tracker=tracker, progress=False, **kw)
     whole = run()
     evaluate = noisy_system().evaluate
@@ -268,10 +270,12 @@ def test_checkpointed_resume_is_bit_identical(tmp_path):
 
     with pytest.raises(driver.Interrupted, match="after 8 steps"):
         driver.train(noisy_system()._replace(evaluate=interrupt_at_12), None, num_steps=20, eval_every=4,
-                     key=jax.random.PRNGKey(3), tracker=tracker, progress=False,
-                     checkpointer=Checkpointer(tmp_path, every=100))
+                     key=key, tracker=tracker, progress=False, checkpointer=Checkpointer(tmp_path, every=100))
     resumed = run(checkpointer=Checkpointer(tmp_path, every=100, resume=True))
     assert resumed["resumed_from"] == 8
+    assert resumed["state"]["key"].dtype == whole["state"]["key"].dtype
+    np.testing.assert_array_equal(jax.random.key_data(resumed["state"]["key"]),
+                                  jax.random.key_data(whole["state"]["key"]))
     strip = lambda history: [{k: v for k, v in r.items() if k != "seconds"} for r in history]
     assert strip(resumed["history"]) == strip(whole["history"])
     np.testing.assert_array_equal(resumed["best"].score, whole["best"].score)

@@ -11,7 +11,8 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxcomm"
 
-METHODS = {"network", "data_parallel", "local_sgd", "codistillation", "sparta", "gossip", "sgp", "leader_sgd", "lgc"}
+METHODS = {"network", "data_parallel", "local_sgd", "codistillation", "sparta", "gossip", "sgp", "leader_sgd", "lgc",
+           "federated"}
 """The modules that make methods (:class:`jaxcomm.methods.Method` values): siblings on the protocol."""
 SYSTEMS = METHODS | {"network_sweep", "unsupervised", "language", "teacher", "zoo", "recipes", "demo"}
 """Modules that build or train a system (a method, the network, the teacher, the agents) or pick among them."""

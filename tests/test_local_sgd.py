@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcomm import bandwidth, data_parallel, local_sgd, network, population
+from jaxcomm import bandwidth, data_parallel, local_sgd, methods, network, population
 from jaxcomm.models import MLP
 
 MODEL = MLP(hidden=(12,), num_classes=4)
@@ -85,3 +85,26 @@ def test_the_eager_per_node_loop_trains_as_one_program(tiny_dataset, monkeypatch
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert ([h["avg_accuracy"] for h in eager["history"]]
             == pytest.approx([h["avg_accuracy"] for h in jitted["history"]], abs=1e-4))
+
+
+def test_an_inner_optimiser_trains_at_the_configs_learning_rate_and_sweeps_it(tiny_dataset):
+    # FedAvg's plain-SGD clients: local_sgd(H, inner=optax.sgd) is handed the config's rate (and schedule), so it
+    # equals the transformation at that rate bit for bit, and a sweep over the rate equals its runs alone
+    cfg = config(num_steps=6, eval_every=6)
+    given = methods.train(methods.Method("given", lambda c, m, **k: local_sgd.make_local_sgd(
+        c, m, **k, sync_every=3, outer=local_sgd.local_sgd_outer(), inner=optax.sgd(0.1)), score="model"),
+        cfg, MODEL, tiny_dataset, progress=False)
+    method = local_sgd.local_sgd(3, inner=optax.sgd)
+    alone = methods.train(method, cfg, MODEL, tiny_dataset, progress=False)
+    for got, want in zip(jax.tree.leaves(alone["state"].extra), jax.tree.leaves(given["state"].extra), strict=True):
+        np.testing.assert_array_equal(got, want)
+    faster = methods.train(method, cfg.replace(learning_rate=0.3), MODEL, tiny_dataset, progress=False)
+    swept = methods.sweep(method, [cfg, cfg.replace(learning_rate=0.3)], MODEL, tiny_dataset, progress=False)
+    for run, want in zip(swept, (alone, faster), strict=True):
+        for got, leaf in zip(jax.tree.leaves(run["state"].extra), jax.tree.leaves(want["state"].extra), strict=True):
+            np.testing.assert_allclose(got, leaf, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(jax.tree.leaves(faster["state"].extra)[0], jax.tree.leaves(alone["state"].extra)[0])
+    with pytest.raises(ValueError, match=r"inner must be a function of the learning rate \(optax.sgd"):
+        local_sgd.local_sgd(3, inner=optax.sgd(0.05))
+    with pytest.raises(ValueError, match="inner must be a function"):
+        local_sgd.diloco(3, inner=optax.adam(1e-3))

@@ -22,11 +22,14 @@ def test_the_own_pace_study_writes_paired_tables_and_resumes(tmp_path, record_tr
     assert summary["target_validation"] == int(np.floor(np.mean(isolated["validation"])))
     # every seed ran to the horizon (1 s): its last tick ends by then, the next one after
     assert all(0.9 <= s <= 1.0 for s in isolated["seconds_at_end"])
-    # the comparisons are outputs minus each other row, paired by seed, Holm-adjusted within the table
+    # the comparisons are outputs minus each other row, paired by seed, Holm-adjusted over the whole table (every
+    # condition's comparisons: one family)
     diffs = np.subtract(lan["rows"]["outputs"]["test"], lan["rows"]["diloco_quorum"]["test"])
     quorum = next(c for c in lan["comparisons"] if c["other"] == "diloco_quorum")
     assert quorum["mean"] == pytest.approx(diffs.mean())
-    assert [c["holm_p"] for c in lan["comparisons"]] == stats.holm([c["p"] for c in lan["comparisons"]])
+    family = [c for t in summary["tables"].values() for c in t["comparisons"]]
+    assert len(family) == 4 and summary["holm_family"] == "table"
+    assert [c["holm_p"] for c in family] == stats.holm([c["p"] for c in family])
     # a straggler on the WAN: output sharing's straggler took about a third of the fast nodes' steps
     steps = np.asarray(summary["tables"]["wan_100m_1_stragglers"]["rows"]["outputs"]["node_steps"])
     assert steps.min() < 0.5 * steps.max()

@@ -118,3 +118,42 @@ def test_seconds_you_can_see_in_the_bar_and_a_plot(tiny_dataset, tmp_path):
     for name, run in runs.items():
         assert drawn[name]["seconds"] == [r["pace"]["seconds"] for r in run["history"]]
         assert drawn[name]["node_average"] == [r["avg_accuracy"] for r in run["history"]]
+
+
+@pytest.mark.parametrize("latency", [0.3, 1e3], ids=["slow", "never_arrives"])
+def test_messages_in_flight_at_their_own_pace_are_counted_as_such(latency, tiny_dataset):
+    # at its own pace a message lands in its reader's inbox when sent but is read only once it has arrived: the
+    # counters keep sent = received + in flight, and received = consumed + pending + dropped, whatever the link
+    from jaxcomm import exchange, network  # noqa: PLC0415
+
+    link = clock.Link(float("inf"), latency, "slow")
+    cluster = clock.Cluster(clock.Compute(0.1, speed=(1.0, 1.0, 3.0)), link)
+    config = network.NetworkConfig(num_nodes=3, num_neighbours=2, topology="full", batch_size=8, num_steps=TICKS,
+                                   eval_every=TICKS, backend="vmap", step_loop="scan", content="true_labels")
+    out = methods.train(network.output_sharing(exchange.true_labels()), config, MODEL, tiny_dataset,
+                        progress=False, cluster=cluster, own_pace=True)
+    c = out["final"]["counters"]
+    assert c["sent"] > 0 and c["sent"] == c["received"] + c["in_flight"]
+    assert c["received"] == c["consumed"] + c["pending"] + c["dropped"]
+    if latency == 1e3:  # nothing arrives within the run: every copy that was not dropped is still on its way
+        assert c["consumed"] == 0 and c["in_flight"] == c["sent"] - c["dropped"]
+    else:
+        assert 0 < c["in_flight"] < c["sent"]
+
+
+def test_a_sweep_to_a_horizon_in_seconds_is_its_runs_alone(tiny_dataset):
+    # jittered steps: seeds 0 and 2 reach 6 s after 6 and 4 ticks, each run as train() trains it
+    jittered = clock.Cluster(clock.Compute(1.0, speed=(1.0, 1.0, 3.0), jitter=0.3), clock.INSTANT)
+    config = kit.RunConfig(num_nodes=3, batch_size=8, num_steps=5, eval_every=4, backend="vmap", step_loop="scan")
+    configs = [config, config.replace(seed=2)]
+    method = local_sgd.diloco(2, quorum=2)
+    swept = methods.sweep(method, configs, MODEL, tiny_dataset, progress=False, cluster=jittered, own_pace=True,
+                          until_seconds=6.0)
+    assert len({run["steps_done"] for run in swept}) == 2  # two horizons in ticks
+    for run, c in zip(swept, configs, strict=True):
+        alone = methods.train(method, c, MODEL, tiny_dataset, progress=False, cluster=jittered, own_pace=True,
+                              until_seconds=6.0)
+        assert run["steps_done"] == alone["steps_done"] and run["timeline"].time[-1] <= 6.0
+        assert run["sweep"] == {"runs": 2, "mode": "sequential"}
+        for a, b in zip(jax.tree.leaves(run["state"].extra), jax.tree.leaves(alone["state"].extra), strict=True):
+            np.testing.assert_array_equal(a, b)

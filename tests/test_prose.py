@@ -33,3 +33,16 @@ def test_the_chapter4_reading_quotes_the_summary_it_is_given():
     assert quoted in before and "+9.87 [+8.76, +10.98]" in after
     assert quoted not in after
     assert before != after
+
+
+def test_the_chapter4_reading_reads_no_direction_from_a_raw_interval():
+    # outside a Holm family an interval is labelled raw and not adjusted, never "(above zero)" as a finding
+    for folder in ("language", "language/horizon_10000"):
+        summary = json.loads((ROOT / "results" / folder / "summary.json").read_text())
+        text = "\n".join(language.reading(summary))
+        assert not re.search(r"\((above|below) zero\)", text), folder
+        for label in re.findall(r"\((?:raw interval )?(?:above|below) zero[^)]*\)", text):
+            assert "Holm p" in label or "not adjusted" in label, label
+        assert "under it" not in text or "(raw interval, not adjusted)" in text
+    answer = language.study_answer(json.loads((ROOT / "results" / "language" / "summary.json").read_text()))
+    assert "raw 95 % interval above zero (not adjusted)" in answer and "no direction read" in answer

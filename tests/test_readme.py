@@ -83,7 +83,7 @@ def test_the_method_table_names_every_method_factory_and_each_makes_a_method():
     table = table[:table.index("\n\n")]
     named = set(re.findall(r"`(\w+\.\w+)\(", table))
     modules = ("network", "gossip", "sgp", "data_parallel", "lgc", "local_sgd", "leader_sgd", "codistillation",
-               "sparta")
+               "sparta", "federated")
     factories = set()
     for name in modules:
         module = importlib.import_module(f"jaxcomm.{name}")

@@ -156,10 +156,12 @@ def study_answer(summary: dict, *, gain: float = 2.0) -> str:
         for name, row in cells:
             p = paired_p_value(row)
             if p is not None and f"{name} (" in " ".join(hits):
+                adjusted = min(1.0, p * len(cells))
                 tests.append(f"{name}: two-sided paired t-test p = {p:.3f}, Bonferroni-adjusted over the "
-                             f"{len(cells)} both-feedback cells p = {min(1.0, p * len(cells)):.3f}")
-        return (f"Both-feedback beats the baseline by >= {gain:g} points with a 95 % interval above zero in: "
-                + "; ".join(hits) + ". (" + "; ".join(tests) + ".)")
+                             f"{len(cells)} both-feedback cells p = {adjusted:.3f}: "
+                             + ("a direction read" if adjusted < 0.05 else "no direction read"))
+        return (f"Both-feedback gains >= {gain:g} points over the baseline with a raw 95 % interval above zero (not "
+                "adjusted) in: " + "; ".join(hits) + ". (" + "; ".join(tests) + ".)")
     if not cells:
         return "No both-feedback row was measured."
     name, row = max(cells, key=lambda c: c[1]["paired_diff_vs_baseline"])
@@ -168,10 +170,17 @@ def study_answer(summary: dict, *, gain: float = 2.0) -> str:
 
 
 def _significance(row: dict) -> str:
+    """Where a raw (unadjusted) interval lies, for the generator's own choices; never printed as a finding (see
+    :func:`_raw`)."""
     lo, hi = row.get("paired_diff_ci95", [None, None])
     if lo is None or not np.isfinite(lo):
         return "no interval"
     return "above zero" if lo > 0 else "below zero" if hi < 0 else "contains zero"
+
+
+def _raw(row: dict) -> str:
+    """The label of an interval outside any Holm family: it is not read as a direction."""
+    return "no interval" if _significance(row) == "no interval" else "raw interval, not adjusted"
 
 
 def reading(summary: dict) -> list[str]:
@@ -232,8 +241,9 @@ def reading(summary: dict) -> list[str]:
                 f"summed one (weights x L)")
         text += f"; on the full 10 % views the summed reading gives {_ci(full)}." if full else "."
         if _significance(strong) == "above zero" and full and _significance(full) == "below zero":
-            text += (" A strong likelihood term helps the student when the agents' views are truly complementary and "
-                     "hurts it when they are not.")
+            text += (" Both raw intervals exclude 0 (not adjusted, outside any Holm family): that a strong likelihood "
+                     "term helps the student when the agents' views are truly complementary and hurts it when they "
+                     "are not is a hypothesis here, not a finding.")
         out.append(text)
     if any(k.startswith("study/") for k in rows):
         out.append("- Study: " + study_answer(summary))
@@ -245,7 +255,9 @@ def _word(mean: float | None, ci: Sequence | None, adjusted: float | None = None
     if mean is None or not ci or ci[0] is None or not np.isfinite(ci[0]):
         return "no interval"
     word = "above zero" if ci[0] > 0 else "below zero" if ci[1] < 0 else "contains zero: no direction read"
-    if adjusted is not None and word != "contains zero: no direction read":
+    if adjusted is None and word != "contains zero: no direction read":
+        return f"raw interval {word}, not adjusted: no direction read"
+    if word != "contains zero: no direction read":
         word = (word if adjusted < 0.05 else f"raw interval {word}, no direction read after Holm") \
             + f"; Holm p = {adjusted:.3g}"
     return word
@@ -288,7 +300,7 @@ def _reading_beyond(rows: dict) -> list[str]:
                  for lv in LEVELS if (r := rows.get(f"{g}/{lv}"))]
         if parts:
             both = rows.get(f"{g}/both_feedback")
-            tail = (f"; both feedback minus baseline under it {_ci(both)} ({_significance(both)})" if both else "")
+            tail = (f"; both feedback minus baseline under it {_ci(both)} ({_raw(both)})" if both else "")
             out.append(f"- Ablation {g.replace('_', ' ')}: minus the table, same level and seed: " + "; ".join(parts)
                        + tail + ".")
     if "prereg/both_feedback" in rows:
@@ -327,7 +339,7 @@ def curve_shape(curves: list[dict], level: str, group: str = "table") -> dict | 
     return {"peak_step": int(steps[k]), "last_step": int(steps[-1]), "peak_step_all": int(steps[np.argmax(mean_all)]),
             "val_at_peak": float(mean_all[k]), "val_final": float(mean_all[-1]),
             "chosen_on": [m["seed"] for m in choose], "tested_on": [m["seed"] for m in test],
-            "decline": float(np.mean(diffs)), "decline_ci95": list(stats.paired_ci95(diffs)),
+            "decline": float(np.mean(diffs)), "decline_ci95": list(stats.paired_ci95(diffs, digits=None)),
             "p": stats.paired_t_p_value(diffs)}
 
 
@@ -406,7 +418,7 @@ def continuation(curves: list[dict], earlier: list[dict]) -> dict | None:
              for lv in levels}
     adjusted = stats.holm([stats.paired_t_p_value(d) for d in diffs.values()])
     return {"from_step": theirs[shared[0]]["steps"][-1], "to_step": mine[shared[0]]["steps"][-1],
-            "levels": {lv: {"diff": float(np.mean(d)), "ci95": list(stats.paired_ci95(d)), "seeds": len(d),
+            "levels": {lv: {"diff": float(np.mean(d)), "ci95": list(stats.paired_ci95(d, digits=None)), "seeds": len(d),
                             "p_holm": q} for (lv, d), q in zip(diffs.items(), adjusted, strict=True)}}
 
 

@@ -113,21 +113,21 @@ def paired(members: Sequence[dict], reference: Sequence[dict], key: str = "test_
     """Mean paired difference ``members - reference`` of ``key`` by seed, its 95 % interval and the pairs."""
     ref = {m["seed"]: m[key] for m in reference}
     diffs = [m[key] - ref[m["seed"]] for m in members if m["seed"] in ref]
-    return (round(float(np.mean(diffs)), 3) if diffs else None), list(stats.paired_ci95(diffs)), len(diffs)
+    return (float(np.mean(diffs)) if diffs else None), list(stats.paired_ci95(diffs, digits=None)), len(diffs)
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
     values = np.asarray(values, float)
-    return round(float(values.mean()), 3), round(float(values.std(ddof=1)) if len(values) > 1 else 0.0, 3)
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
 def row_metrics(members: Sequence[dict], baseline: Sequence[dict] | None) -> dict:
     """The issue's row metrics over seeds; paired with ``baseline`` by seed when given."""
     test = np.asarray([m["test_accuracy"] for m in members])
-    out = {"test_accuracy": round(float(test.mean()), 3),
-           "test_accuracy_std": round(float(test.std(ddof=1)) if len(test) > 1 else 0.0, 3),
+    out = {"test_accuracy": float(test.mean()),
+           "test_accuracy_std": float(test.std(ddof=1)) if len(test) > 1 else 0.0,
            "seeds": len(members), "best_step": float(np.median([m["best_step"] for m in members])),
-           "best_val_accuracy": round(float(np.mean([m["best_val"] for m in members])), 3),
+           "best_val_accuracy": float(np.mean([m["best_val"] for m in members])),
            "collapsed_seeds": int(sum(m["collapsed"] for m in members))}
     if "collapsed_steps" in members[0]:  # the whole-run rule (language.collapse_over_run)
         out["collapsed_runs"] = int(sum(bool(m["collapsed_steps"]) for m in members))
@@ -141,12 +141,11 @@ def row_metrics(members: Sequence[dict], baseline: Sequence[dict] | None) -> dic
         for agent in ("a", "b"):
             for key in members[0]["language"][agent]:
                 values = [m["language"][agent][key] for m in members]
-                out[f"lang_{agent}_{key}"] = round(float(np.nanmean(values)), 4) if np.isfinite(values).any() \
-                    else None
+                out[f"lang_{agent}_{key}"] = float(np.nanmean(values)) if np.isfinite(values).any() else None
     for key in ("disc_a", "disc_b", "agreement", "mi_bits_a", "mi_bits_b", "distinct_a", "distinct_b"):
         if members[0].get(key):
-            out[f"final_{key}"] = round(float(np.mean([m[key][-1] for m in members])), 4)
-            out[f"peak_{key}"] = round(float(np.mean([max(m[key]) for m in members])), 4)
+            out[f"final_{key}"] = float(np.mean([m[key][-1] for m in members]))
+            out[f"peak_{key}"] = float(np.mean([max(m[key]) for m in members]))
     if baseline is not None:
         out["paired_diff_vs_baseline"], out["paired_diff_ci95"], out["paired_seeds"] = paired(members, baseline)
         if "refit_test_accuracy" in members[0] and "refit_test_accuracy" in baseline[0]:

@@ -21,7 +21,7 @@ condition: the accuracy at the horizon (the networks' collective decision, negen
 tables; the others' one model; the networks' node average beside it) and the virtual seconds to the target
 (chosen on validation: the isolated nodes' final validation accuracy at 0 stragglers on the LAN, mean over seeds,
 rounded down to a point). Output sharing minus every other method, paired
-by seed, with Holm's adjustment over each table's comparisons.
+by seed, with Holm's adjustment over the whole table's comparisons (every condition's: one family).
 
     python -m experiments.own_pace --preset cpu --out results/own_pace      # ~40 minutes on 2 CPU cores
     python -m experiments.own_pace --preset smoke --out /tmp/own_pace        # the MNIST sample, a minute

@@ -21,10 +21,12 @@ class Preset:
     seeds: tuple[int, ...] = (0, 1, 2)
     sync_every: int = 10
     quorum: int = 7
+    conditions: tuple[str, ...] | None = None  # None: every one of CONDITIONS
 
 
-PRESETS = {"cpu": Preset, "smoke": functools.partial(Preset, dataset="mnist_sample", hidden=(32,), num_nodes=4,
-                                                     horizon_seconds=1.0, evaluations=2, seeds=(0, 1), quorum=3)}
+PRESETS = {"cpu": Preset, "smoke": functools.partial(  # the pipeline in seconds: LAN, and WAN with churn
+    Preset, dataset="mnist_sample", hidden=(32,), num_nodes=4, horizon_seconds=1.0, evaluations=2, seeds=(0, 1),
+    quorum=3, conditions=("lan_1g_0_stragglers", "wan_100m_1_stragglers_churn"))}
 CONDITIONS = {f"{link}_{k}_stragglers{'_churn' if churn else ''}": (link, k, churn)
               for link, k, churn in [("lan_1g", 0, False), ("lan_1g", 1, False), ("lan_1g", 3, False),
                                      ("wan_100m", 0, False), ("wan_100m", 1, False), ("wan_100m", 3, False),
@@ -33,4 +35,4 @@ CHURN = clock.Availability(mean_up=10.0, mean_down=2.0)
 NETWORKS = ("isolated", "outputs")
 
 
-METHODS = ("isolated", "outputs", "sync_sgd", "diloco", "diloco_quorum")
+METHODS = ("isolated", "outputs", "sync_sgd", "diloco", "diloco_quorum", "sgp", "osgp")

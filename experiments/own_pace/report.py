@@ -20,6 +20,10 @@ def table(summary: dict) -> str:
     head = (f"# Nodes at their own pace\n\n{summary.get('command', '')}\n\nCommit {summary.get('git_commit')}, "
             f"{summary.get('device')}, {summary.get('wall_seconds', 0):.0f} s. Target (validation, chosen on "
             f"isolated nodes at 0 stragglers on the LAN): {summary['target_validation']} %.\n")
+    if summary.get("holm_family") == "table":  # summaries before it adjusted within each condition
+        count = sum(len(t["comparisons"]) for t in summary["tables"].values())
+        head += (f"\nHolm p: adjusted over the table's {count} comparisons, every condition's together (one "
+                 "family).\n")
     out = [head]
     for condition, t in summary["tables"].items():
         if not t["rows"]:

@@ -62,9 +62,9 @@ def row_metrics(students: Sequence[dict], seconds_per_update: dict[int, float]) 
            "targets": "soft" if first["soft"] else "true", "warmup_updates": first["warmup"],
            "seeds": len(students),
            "collapsed_seeds": int(sum(s["best_val"] < COLLAPSE_ACCURACY for s in students)),
-           "test_accuracy": round(float(test.mean()), 3),
-           "test_accuracy_std": round(float(test.std(ddof=1)) if len(test) > 1 else 0.0, 3),
-           "best_val_accuracy": round(float(np.mean([s["best_val"] for s in students])), 3),
+           "test_accuracy": float(test.mean()),
+           "test_accuracy_std": float(test.std(ddof=1)) if len(test) > 1 else 0.0,
+           "best_val_accuracy": float(np.mean([s["best_val"] for s in students])),
            "backward_passes": _median_or_none([s["best_step"] for s in students]),
            "stop_step_median": _median_or_none([s["stop_step"] for s in students]),
            "stopped_by_patience": int(sum(s["stopped_by_patience"] for s in students))}
@@ -80,7 +80,7 @@ def row_metrics(students: Sequence[dict], seconds_per_update: dict[int, float]) 
         out["wall_seconds_to_96_5"] = None
     else:
         plain = min(med, first["warmup"])
-        out["wall_seconds_to_96_5"] = round(plain * seconds_per_update[1] + (med - plain) * seconds_per_update[n], 2)
+        out["wall_seconds_to_96_5"] = plain * seconds_per_update[1] + (med - plain) * seconds_per_update[n]
     return out
 
 

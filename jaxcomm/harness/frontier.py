@@ -194,8 +194,8 @@ def train_seeds(config: FrontierConfig, method: methods_.Method, dataset, model,
             except driver.LossStop as seed_stop:
                 print(f"[{name}] seed {seed} stopped: {seed_stop}", flush=True)
                 outs.append({"stopped": str(seed_stop), "steps_done": seed_stop.step})
-    return [out | {"seed": seed, "wall_seconds": 0.0 if "stopped" in out else round(
-        out["train_seconds"] / (out["sweep"]["runs"] if out.get("sweep", {}).get("mode") == "population" else 1), 1)}
+    return [out | {"seed": seed, "wall_seconds": 0.0 if "stopped" in out else float(
+        out["train_seconds"] / (out["sweep"]["runs"] if out.get("sweep", {}).get("mode") == "population" else 1))}
         for seed, out in zip(seeds, outs, strict=True)]
 
 
@@ -205,7 +205,7 @@ def seed_row(per_seed: list[dict]) -> dict:
     ``steps`` (the horizon: the most a seed trained) and ``wall_seconds`` (training, summed over seeds)."""
     stopped = [f"seed {p['seed']}: {p['stopped']}" for p in per_seed if "stopped" in p]
     row = {"seeds": len(per_seed), "per_seed": per_seed, "steps": max(p["steps"] for p in per_seed),
-           "wall_seconds": round(sum(p["wall_seconds"] for p in per_seed), 1)}
+           "wall_seconds": float(sum(p["wall_seconds"] for p in per_seed))}
     for key in ("accuracy", "avg_accuracy"):
         row[key], row[f"{key}_sd"] = (None, None) if stopped else stats.mean_sd([p[key] for p in per_seed])
     return row | ({"stopped": stopped} if stopped else {})

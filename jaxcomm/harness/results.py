@@ -99,7 +99,8 @@ def write_summary(
       out_dir: created if missing.
       experiment, preset: names.
       rows: ``{row: {metric: value}}`` as the issue names them.
-      wall_seconds: the whole run (over all its parts, for a resumed run).
+      wall_seconds: the whole run (over all its parts, for a resumed run), kept at full precision: a table rounds
+        it once, where it prints it.
       command: how to reproduce it; defaults to this process' command line.
       commit: ``git_commit``, the code that ran (read when the run started); by default the commit checked out
         now.
@@ -109,7 +110,7 @@ def write_summary(
     out.mkdir(parents=True, exist_ok=True)
     envelope = {"experiment": experiment, "preset": preset, "command": command or command_line(),
                 "git_commit": commit or git_commit(), "device": device_description(), "host_cpu": host_cpu(),
-                "wall_seconds": round(wall_seconds, 1), "rows": rows, **extra}
+                "wall_seconds": float(wall_seconds), "rows": rows, **extra}
     path = out / "summary.json"
     partial = out / "summary.json.partial"
     partial.write_text(json.dumps(envelope, indent=2, default=jsonable) + "\n")
