@@ -254,6 +254,8 @@ class Context(NamedTuple):
       step: ``[] int32`` ticks taken before this one.
       settings: the run's :class:`RunSettings` (``settings.hyper[name]``: the method's swept values).
       info: in ``communicate``, the tick's :class:`LocalInfo` (``loss [N]``, 0 where a node held); None before.
+      before: in ``communicate``, the state the tick started from (the nodes before their update: SGP's push-sum
+        numerator moves by the update alone); None before.
       sizes: ``[M] int32`` the real size of every shard of the run's data (``data.shard_sizes``: one per node, or one
         per client of a run of clients, :attr:`RunConfig.num_shards`): FedAvg's sample counts, a cohort drawn by
         weight.
@@ -268,6 +270,7 @@ class Context(NamedTuple):
     info: LocalInfo | None = None
     sizes: jax.Array | None = None
     ids: jax.Array | None = None
+    before: NodesState | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,7 +537,7 @@ class Population:
         c = communicator
 
         def step(state: NodesState, data: classifier.ShardData):
-            ctx = self.context(state, data)
+            ctx, before = self.context(state, data), state
             if c.shards is not None:  # the slots draw from the shards the communicator names (a cohort of clients)
                 ctx = ctx._replace(ids=c.shards(state, ctx))
                 data = self.slots_data(data, ctx.ids)
@@ -545,7 +548,7 @@ class Population:
             else:
                 state, info = self.train_with(c.gradients, state, data, keys, batch, ctx, *extra)
             if c.communicate is not None:
-                state = c.communicate(state, ctx._replace(info=info))
+                state = c.communicate(state, ctx._replace(info=info, before=before))
             return state, info if c.info is None else c.info(info, ctx)
 
         def init(key: jax.Array) -> NodesState:

@@ -111,12 +111,9 @@ def _push_sum_method(name: str, overlap: int | None) -> methods.Method:
         def init(initial, key):  # w = 1, nothing in flight
             return jnp.ones(n), (jnp.zeros((n, slots, pop.num_params)), jnp.zeros((n, slots)))
 
-        def gradients(grads, state, ctx):  # z before the update, for the numerator's step
-            return grads, state._replace(extra=(state.extra, state.nodes.params))
-
         def communicate(state, ctx):
-            (w, inflight), before = state.extra
-            z, updated = jax.vmap(lambda p: ravel_pytree(p)[0])(before), pop.flat_params(state)  # [N, P]
+            w, inflight = state.extra
+            z, updated = pop.flat_params(ctx.before), pop.flat_params(state)  # [N, P]: z before the update
             key = streams.named(ctx.key, "sgp")
             rows = jax.vmap(lambda i, t: graph(key, t)[i])(nodes, ctx.tick.steps - 1)  # each node's own step
             peers = jnp.where(rows.any(1), jnp.argmax(rows, 1), -1)
@@ -126,8 +123,7 @@ def _push_sum_method(name: str, overlap: int | None) -> methods.Method:
             return pop.with_flat_params(state, mixed)._replace(extra=(w, inflight))
 
         sent = (ledger.Round("neighbours", nbytes, edges=n if n > 1 else 0, blocking=overlap == 0),)
-        return pop.built_with(kit.Communicator(init=init, gradients=gradients, communicate=communicate,
-                                               traffic=sent))
+        return pop.built_with(kit.Communicator(init=init, communicate=communicate, traffic=sent))
 
     return methods.Method(name, build, family="gossip", per_run=methods.KIT_PER_RUN, build_keywords=("cluster",),
                           configure=lambda c: c.replace(topology="exponential"))
