@@ -54,7 +54,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from jaxcomm import clock, kit, ledger, methods, streams, topology
 
