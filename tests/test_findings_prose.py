@@ -124,6 +124,14 @@ def _recipe_stage1():
             len(half_width))
 
 
+def _recipe_stage2():
+    s = summary("outputs_exchange/recipe_stage2")
+    rate = lambda lr: s["rows"][f"widths=16-32-64 batch_size=128 norm=batch augment=true learning_rate={lr}"]  # noqa: E731
+    assert s["chosen"] == s["best"] and s["rows"][s["chosen"]] is rate(0.003)
+    return rate(0.003)["val_accuracy"], rate(0.003)["val_accuracy_sd"], rate(0.01)["val_accuracy"], \
+        rate(0.001)["val_accuracy"]
+
+
 def _width_pairs() -> list[float]:
     """recipe_stage1: half width minus quarter width on validation, each candidate both widths ran."""
     rows = summary("outputs_exchange/recipe_stage1")["rows"]
@@ -469,6 +477,8 @@ FINDINGS = [
     Finding(R, "outputs_exchange/recipe_stage1", "chosen on validation: batch 128 with flips and crops ({:.2f} ± "
             "{:.2f} against the `cpu` recipe's {:.2f} ± {:.2f}); Table 2.1 not yet retrained on it; {} half-width "
             "candidates skipped by the budget", _recipe_stage1),
+    Finding(R, "outputs_exchange/recipe_stage2", "the rate stays at 3e-3 ({:.2f} ± {:.2f} on validation; 1e-2: "
+            "{:.2f}, 1e-3: {:.2f}); Table 2.1 at 5 seeds on it fits about 10 CPU-hours, running", _recipe_stage2),
     Finding(R, "outputs_exchange/thesis_h100", "at the thesis' width and optimiser one node reaches {:.1f} ± {:.1f} % "
             "against the thesis' {:.1f} % (the `cpu` recipe: {:.1f} ± {:.1f} %), so width with that optimiser does "
             "not close the gap; width alone is not measured here (`recipe_stage1/`: half width {:.2f}-{:.2f} points "

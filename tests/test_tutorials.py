@@ -27,7 +27,8 @@ PAGES = {path.stem: blocks_of(path) for path in TUTORIALS}
 
 
 def test_the_tutorials_are_there_and_show_code():
-    assert {"frontier", "own_method", "protocol", "time", "sweeps", "teacher", "language", "devices"} <= set(PAGES)
+    assert {"frontier", "own_method", "protocol", "time", "sweeps", "teacher", "language", "devices",
+            "federated"} <= set(PAGES)
     assert all(PAGES.values()), [name for name, blocks in PAGES.items() if not blocks]
     for path in TUTORIALS:  # no python block the pattern misses (it would not run)
         assert path.read_text().count(".. code-block:: python") == len(PAGES[path.stem]), path.name
@@ -132,3 +133,15 @@ def test_the_checkpointed_run_comes_back_without_training(namespaces):
     example = namespaces["experiments"][0]
     assert example["again"]["resumed_from"] == 40
     assert example["again"]["final"]["avg_accuracy"] == example["first"]["final"]["avg_accuracy"]
+
+
+def test_the_federated_example_books_the_cohorts_uploads_and_times_them_on_the_wan(namespaces):
+    # federated.rst: 20 clients, a cohort of 5 per round, 4 rounds of 5 plain-SGD steps, on a 10 ms step and the WAN
+    example = namespaces["federated"][0]
+    out, p = example["out"], 784 * 64 + 64 + 64 * 10 + 10  # the MLP's parameters
+    assert out["built"].config.num_nodes == 5 and out["built"].config.num_clients == 20
+    assert out["bytes"]["total"] == 4 * 5 * 4 * p  # each round the cohort's 5 uploads of 4 P bytes
+    wan = example["clock"].WAN
+    way = wan.latency + max(5 * 4 * p / wan.bandwidth, 4 * p / wan.bandwidth)  # the server's link carries 5 copies
+    assert out["final"]["clock"]["seconds"] == pytest.approx(20 * 0.01 + 4 * 2 * way, rel=1e-6)
+    assert out["final"]["avg_accuracy"] > 20  # 4 rounds on the MNIST sample learn something (10 classes)
