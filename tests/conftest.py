@@ -7,12 +7,8 @@ import tempfile
 
 # Tests check what programs compute, not how fast: XLA's CPU backend without its LLVM optimisations compiles
 # about a third faster and computes the same values (to float rounding; every test compares with a tolerance
-# or compares two runs built alike). Its elementwise fusions emitted by the older LLVM IR emitters instead of the
-# MLIR fusion emitters compile about twice as fast again (measured: a network's step 2.0 -> 0.7 s, the tutorials'
-# blocks 94 -> 53 s on 2 cores) and run as fast at the tests' sizes. Set before JAX starts its backend; scripts the
-# tests start inherit it.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false").strip()
+# or compares two runs built alike). Set before JAX starts its backend; scripts the tests start inherit it.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 # "auto" backends read the shipped table in tests (tests/test_speed.py turns timing on in a folder of its own):
 # timing every new model would cost minutes and make the picks depend on the machine's load.
 os.environ["JAXCOMM_AUTOTUNE"] = "0"
