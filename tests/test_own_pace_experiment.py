@@ -51,3 +51,30 @@ def test_the_pace_benchmark_measures_both_arms_side_by_side(tmp_path):
         # at its own pace the fast nodes no longer wait for the straggler: more node-steps per virtual second
         assert row["virtual_node_steps_per_second"] > row["lockstep_virtual_node_steps_per_second"]
     assert "the due ones, 2 at a time" in (out / "table.md").read_text()
+
+
+def test_a_seed_whose_loss_leaves_its_bounds_is_a_stopped_row_not_a_crash(tmp_path, monkeypatch):
+    from experiments.own_pace import run
+    from jaxcomm import driver
+
+    train = run.methods.train
+
+    def blows_up_at_seed_1(method, config, *args, **kwargs):
+        if method.name == "diloco_quorum" and config.seed == 1:
+            raise driver.Diverged(7, 2, 9.5, bound=4.0, good_step=5, saved=None)
+        return train(method, config, *args, **kwargs)
+
+    monkeypatch.setattr(run.methods, "train", blows_up_at_seed_1)
+    out = tmp_path / "own_pace"
+    args = ["--preset", "smoke", "--out", str(out), "--conditions", "lan_1g_0_stragglers",
+            "--methods", "isolated", "outputs", "diloco_quorum"]
+    assert own_pace.main(args) == 0
+    pair = json.loads((out / "runs" / "lan_1g_0_stragglers" / "diloco_quorum.json").read_text())
+    assert pair["curves"][1] is None and pair["curves"][0] is not None
+    assert pair["stopped"] == ["seed 1: diverged: loss above 4 (9.5) at node 2 at step 7"]
+    lan = json.loads((out / "summary.json").read_text())["tables"]["lan_1g_0_stragglers"]
+    assert lan["rows"]["diloco_quorum"]["stopped"] == pair["stopped"]
+    assert [c["other"] for c in lan["comparisons"]] == ["isolated"]  # nothing to pair with a stopped seed
+    table = (out / "table.md").read_text()
+    assert "| diloco_quorum | stopped (1 of 2 seeds) |" in table
+    assert "diloco_quorum stopped: seed 1: diverged: loss above 4 (9.5) at node 2 at step 7." in table

@@ -30,7 +30,12 @@ def table(summary: dict) -> str:
             continue
         out.append(f"\n## {condition}\n\n| method | test acc. at horizon | node average | s to target (median) | "
                    "goodput | node steps (min-max) |\n|---|---|---|---|---|---|")
+        stops = []
         for name, r in t["rows"].items():
+            if "stopped" in r:
+                out.append(f"| {name} | stopped ({len(r['stopped'])} of {len(r['ticks'])} seeds) | - | - | - | - |")
+                stops.append(f"{name} stopped: " + "; ".join(r["stopped"]) + ".")
+                continue
             mean, sd = stats.mean_sd(r["test"], digits=2)
             coll, _ = stats.mean_sd(r["test_node_average"], digits=2)
             reach = stats.median_seed(r["seconds_to_target"])
@@ -38,6 +43,8 @@ def table(summary: dict) -> str:
             out.append(f"| {name} | {mean:.2f} ± {sd:.2f} | {coll:.2f} | "
                        f"{'-' if reach is None else f'{reach:.1f}'} | {np.mean(r['goodput']):.2f} | "
                        f"{steps.min()}-{steps.max()} |")
+        if stops:
+            out.append("\n" + "\n".join(stops))
         if t["comparisons"]:
             out.append("\n| outputs minus | test acc. (paired, 95 % CI) | Holm p |\n|---|---|---|")
             for c in t["comparisons"]:
@@ -56,6 +63,8 @@ def plot_curves(out: pathlib.Path) -> None:
     fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False, sharey=True)
     for ax, condition in zip(axes.flat, conditions, strict=False):
         for pair in (p for p in pairs if p["condition"] == condition):
+            if pair.get("stopped"):  # a curve that ends where a seed's loss left its bounds: not drawn
+                continue
             length = min(len(c) for c in pair["curves"])  # seeds end at their own ticks: 20 or 21 evaluations
             seconds = np.mean([[pt["seconds"] for pt in c[:length]] for c in pair["curves"]], axis=0)
             accuracy = np.mean([[pt["test"] for pt in c[:length]] for c in pair["curves"]], axis=0)

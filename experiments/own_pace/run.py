@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from jaxcomm import clock, data, data_parallel, exchange, inbox, local_sgd, methods, network, pace, sgp, stats
+from jaxcomm import clock, data, data_parallel, driver, exchange, inbox, local_sgd, methods, network, pace, sgp, stats
 from jaxcomm.harness import results
 from jaxcomm.models import MLP
 
@@ -63,17 +63,23 @@ def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
                                  broadcast_prob=inbox.equilibrium_broadcast_prob(0.5, 2), num_steps=1, eval_every=1,
                                  seed=0)
     probe = methods.build(method, base, model, dataset, cluster=cluster, own_pace=True)
-    start, curves, shares, ticks = time.perf_counter(), [], [], []
+    start, curves, shares, ticks, stopped = time.perf_counter(), [], [], [], []
     for seed in preset.seeds:
         count = ticks_within_horizon(probe, cluster, seed, preset)
         config = base.replace(num_steps=count, eval_every=max(1, count // preset.evaluations), seed=seed)
-        run = methods.train(method, config, model, dataset, eval_split=("validation", "test"), progress=False,
-                            cluster=cluster, own_pace=True)
+        ticks.append(count)
+        try:
+            run = methods.train(method, config, model, dataset, eval_split=("validation", "test"), progress=False,
+                                cluster=cluster, own_pace=True)
+        except driver.LossStop as stop:  # a method that blows up under a condition is a result, not a crash
+            curves.append(None)
+            shares.append(None)
+            stopped.append(f"seed {seed}: {stop}")
+            continue
         curves.append([curve_point(record, name) for record in run["history"]])
         shares.append(run["timeline"].due_share())
-        ticks.append(count)
     return {"condition": condition, "method": name, "ticks": ticks, "seconds": time.perf_counter() - start,
-            "curves": curves, "due_share": shares}
+            "curves": curves, "due_share": shares} | ({"stopped": stopped} if stopped else {})
 
 
 def curve_point(record: dict, name: str) -> dict:
@@ -110,6 +116,9 @@ def summarize(out: pathlib.Path, preset_name: str) -> dict:
             pair = pairs.get((condition, name))
             if pair is None:
                 continue
+            if pair.get("stopped"):  # a seed's loss left its bounds: no accuracy at the horizon to pair
+                rows[name] = {"stopped": pair["stopped"], "ticks": pair["ticks"], "wall_seconds": pair["seconds"]}
+                continue
             final = [c[-1] for c in pair["curves"]]
             rows[name] = {"test": [p["test"] for p in final], "validation": [p["validation"] for p in final],
                           "test_node_average": [p["test_node_average"] for p in final],
@@ -120,7 +129,7 @@ def summarize(out: pathlib.Path, preset_name: str) -> dict:
         comparisons = []
         if "outputs" in rows:
             for other in METHODS:
-                if other != "outputs" and other in rows:
+                if other != "outputs" and other in rows and "stopped" not in rows[other]:
                     diffs = [a - b for a, b in zip(rows["outputs"]["test"], rows[other]["test"], strict=True)]
                     mean = float(np.mean(diffs))
                     comparisons.append({"other": other, "metric": "test accuracy at the horizon", "mean": mean,
@@ -162,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             pair = run_pair(condition, name, preset, dataset)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(pair) + "\n")
+            finals = [c[-1]["test"] for c in pair["curves"] if c is not None]
             print(f"{condition} {name}: {max(pair['ticks'])} ticks, test "
-                  f"{np.mean([c[-1]['test'] for c in pair['curves']]):.2f} in {pair['seconds']:.0f} s", flush=True)
+                  f"{np.mean(finals) if finals else float('nan'):.2f} in {pair['seconds']:.0f} s"
+                  + "".join(f"; stopped, {s}" for s in pair.get("stopped", ())), flush=True)
     summary = summarize(out, args.preset) | {
         "command": results.command_line(), "git_commit": results.git_commit(), "device": results.device_description(),
         "host_cpu": results.host_cpu(), "wall_seconds": time.perf_counter() - start,
