@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 import numpy as np
 import pytest
+from jax.flatten_util import ravel_pytree
 
 from jaxcomm import clock, fedbuff, federated, kit, methods, network, pace, population
 from jaxcomm.models import MLP
