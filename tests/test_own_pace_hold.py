@@ -100,7 +100,7 @@ METHODS = {
     "scaffold": lambda: federated.scaffold(2),
     "fedbuff": lambda: fedbuff.fedbuff(2, 2),
     "choco": lambda: _research("test_research_method").choco_gossip(0.3),
-    "fedbuff": lambda: _research("test_research_async").fedbuff(2, 2),
+    "fedbuff_quorum": lambda: _research("test_research_async").fedbuff(2, 2),  # research code: a quorum
     "moves_everything": _everything_moves,
     "escape_hatch": _escape_hatch_moves,
 }
