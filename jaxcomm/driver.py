@@ -749,9 +749,11 @@ def _run_chunk(run: Callable, state: PyTree, data: PyTree, length: int, piece: i
 
 def _loss_bound(losses: np.ndarray, reference: float | None, divergence: float | None) -> tuple[float, float]:
     """``(reference, bound)`` for a chunk's ``losses [L]`` or ``[L, N]``: the reference (the mean magnitude of the
-    first step's losses when there is none yet) and the magnitude past which a loss stops the run."""
+    first step's losses when there is none yet, over the nodes that stepped: at their own pace a node that held
+    reports 0) and the magnitude past which a loss stops the run."""
     if reference is None:  # the untrained system's loss: a run can blow up within its first chunk
-        reference = float(np.mean(np.abs(np.asarray(losses, np.float64)[0])))
+        first = np.abs(np.asarray(losses, np.float64)[0]).ravel()
+        reference = float(np.mean(first[first != 0])) if np.any(first != 0) else 0.0
     bound = np.inf if divergence is None or not np.isfinite(reference) else divergence * max(reference, 1e-12)
     return reference, bound
 

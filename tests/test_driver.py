@@ -242,6 +242,23 @@ def test_divergence_stops_past_the_bound_only():
                      progress=False, divergence=10.0)
 
 
+def test_the_bound_is_read_from_the_nodes_that_stepped_first():
+    # at their own pace a node that held reports a loss of 0: the reference is the mean of the others' (2.0 here,
+    # so 100x is 200, not 100: 150 at step 9 passes, 250 stops)
+    def system(value):
+        def step(state, data):
+            first = jnp.array([2.0, 0.0, 2.0, 0.0])  # two nodes held at the first step
+            later = jnp.ones(4).at[2].set(jnp.where(state == 9, value, 1.0))
+            return state + 1, jnp.where(state == 0, first, later)
+
+        return driver.System(lambda key: jnp.int32(0), step, lambda s, i, d: {}, losses=lambda infos: infos)
+
+    quiet = driver.train(system(150.0), None, num_steps=12, eval_every=4, key=jax.random.PRNGKey(0), progress=False)
+    assert quiet["status"] == "complete"
+    with pytest.raises(driver.Diverged, match=r"above 200 \(250\) at node 2 at step 9"):
+        driver.train(system(250.0), None, num_steps=12, eval_every=4, key=jax.random.PRNGKey(0), progress=False)
+
+
 def noisy_system() -> driver.System:
     """Random state: a resumed run only matches if the key, state and tracker all come back exactly."""
 
