@@ -78,3 +78,20 @@ def test_a_seed_whose_loss_leaves_its_bounds_is_a_stopped_row_not_a_crash(tmp_pa
     table = (out / "table.md").read_text()
     assert "| diloco_quorum | stopped (1 of 2 seeds) |" in table
     assert "diloco_quorum stopped: seed 1: diverged: loss above 4 (9.5) at node 2 at step 7." in table
+
+
+def test_an_interrupted_run_saves_nothing_of_its_pair(tmp_path, monkeypatch):
+    from experiments.own_pace import run
+
+    train = run.methods.train
+
+    def interrupted_at_seed_1(method, config, *args, **kwargs):
+        result = train(method, config, *args, **kwargs)
+        return result | {"status": "interrupted"} if config.seed == 1 else result
+
+    monkeypatch.setattr(run.methods, "train", interrupted_at_seed_1)
+    out = tmp_path / "own_pace"
+    with pytest.raises(KeyboardInterrupt, match="lan_1g_0_stragglers isolated seed 1: interrupted after"):
+        own_pace.main(["--preset", "smoke", "--out", str(out), "--conditions", "lan_1g_0_stragglers",
+                       "--methods", "isolated"])
+    assert not (out / "runs" / "lan_1g_0_stragglers" / "isolated.json").exists()

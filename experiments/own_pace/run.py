@@ -76,6 +76,9 @@ def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
             shares.append(None)
             stopped.append(f"seed {seed}: {stop}")
             continue
+        if run["status"] != "complete":  # interrupted (SIGINT/SIGTERM): a pair is saved whole or not at all
+            raise KeyboardInterrupt(f"{condition} {name} seed {seed}: {run['status']} after {run['steps_done']} of "
+                                    f"{count} ticks; nothing saved for this pair (the next run trains it again)")
         curves.append([curve_point(record, name) for record in run["history"]])
         shares.append(run["timeline"].due_share())
     return {"condition": condition, "method": name, "ticks": ticks, "seconds": time.perf_counter() - start,
