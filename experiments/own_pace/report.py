@@ -13,12 +13,14 @@ import numpy as np
 from jaxcomm import stats
 from jaxcomm.harness import report
 
-from .presets import CONDITIONS
+from .presets import CONDITIONS, METHODS
 
 
 def table(summary: dict) -> str:
     head = (f"# Nodes at their own pace\n\n{summary.get('command', '')}\n\nCommit {summary.get('git_commit')}, "
-            f"{summary.get('device')}, {summary.get('wall_seconds', 0):.0f} s. Target (validation, chosen on "
+            f"{summary.get('device')}, {summary.get('wall_seconds', 0):.0f} s"
+            + (f" (its pairs, trained over every call that saved one: {summary['pairs_seconds']:.0f} s)"
+               if "pairs_seconds" in summary else "") + ". Target (validation, chosen on "
             f"isolated nodes at 0 stragglers on the LAN): {summary['target_validation']} %.\n")
     if summary.get("holm_family") == "table":  # summaries before it adjusted within each condition
         count = sum(len(t["comparisons"]) for t in summary["tables"].values())
@@ -58,17 +60,21 @@ def plot_curves(out: pathlib.Path) -> None:
     pairs = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
     conditions = [c for c in CONDITIONS if any(p["condition"] == c for p in pairs)]
     plt = report.pyplot()
+    colour = {name: f"C{i}" for i, name in enumerate(METHODS)}  # one colour a method in every panel
     columns = min(4, len(conditions))
     rows = -(-len(conditions) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.0 * rows), squeeze=False, sharey=True)
     for ax, condition in zip(axes.flat, conditions, strict=False):
         for pair in (p for p in pairs if p["condition"] == condition):
             if pair.get("stopped"):  # a curve that ends where a seed's loss left its bounds: not drawn
+                ax.plot([], [], label=f"{pair['method']} (stopped)", color=colour[pair["method"]], ls=":")
                 continue
             length = min(len(c) for c in pair["curves"])  # seeds end at their own ticks: 20 or 21 evaluations
             seconds = np.mean([[pt["seconds"] for pt in c[:length]] for c in pair["curves"]], axis=0)
             accuracy = np.mean([[pt["test"] for pt in c[:length]] for c in pair["curves"]], axis=0)
-            ax.plot(seconds, accuracy, label=pair["method"], marker=".")
+            ax.plot(seconds, accuracy, label=pair["method"], marker=".", color=colour[pair["method"]])
+        if any(p.get("stopped") for p in pairs if p["condition"] == condition):
+            ax.legend(fontsize=6)  # which methods stopped here
         ax.set_title(condition, fontsize=9)
         ax.set_xlabel("virtual seconds")
         ax.grid(alpha=0.3)

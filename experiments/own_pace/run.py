@@ -144,7 +144,7 @@ def summarize(out: pathlib.Path, preset_name: str) -> dict:
     for c, p in zip(family, stats.holm([c["p"] for c in family]), strict=True):
         c["holm_p"] = p
     return {"experiment": "own_pace", "preset": preset_name, "target_validation": target, "tables": tables,
-            "holm_family": "table"}
+            "holm_family": "table", "pairs_seconds": float(sum(p["seconds"] for p in pairs.values()))}
 
 
 def main(argv: list[str] | None = None) -> int:
