@@ -268,8 +268,9 @@ class _Availability:
 class _Nodes:
     """N nodes' event-ordered state: each one's step in progress, its counts, and the round it reports to."""
 
-    def __init__(self, cluster: clock.Cluster, n: int, seed: int):
+    def __init__(self, cluster: clock.Cluster, n: int, seed: int, transfers: tuple[tuple[int, float], ...] = ()):
         self.durations = _Durations(cluster.compute, n, seed)
+        self.transfers = tuple((int(every), float(seconds)) for every, seconds in transfers if seconds > 0)
         self.off = _Availability(cluster.availability, n, seed)
         self.ready = np.zeros(n)  # the end of each node's step in progress (inf: waiting for its round)
         self.began = np.zeros(n)  # its start
@@ -295,6 +296,11 @@ class _Nodes:
             self.lost += max(0.0, window[0] - at)
             at = window[1]
 
+    def transfer_after(self, i: int) -> float:
+        """Seconds node i waits on its own exchanges after the step it just ended (0 without any)."""
+        steps = self.steps[i]
+        return sum(seconds for every, seconds in self.transfers if steps % every == 0)
+
     def take(self, resolution: float, waits: Waits) -> tuple[np.ndarray, float]:
         """Ends the steps due next (within ``resolution`` of the first); the due mask [N] and the tick's time.
         A node whose round's last step this was reports and waits; the others start their next step."""
@@ -309,7 +315,7 @@ class _Nodes:
             seconds = self.ready[i] - self.began[i]
             if not waits.every:
                 self.useful += seconds
-                self.start(i, self.last_end[i])
+                self.start(i, self.last_end[i] + self.transfer_after(i))
                 continue
             self.pending[i] += seconds
             if self.steps[i] % waits.every == 0:  # its round's last step: it reports and waits
@@ -343,7 +349,8 @@ class _Nodes:
 
 
 def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int = 0, waits: Waits = NOTHING,
-             resolution: float = 0.0, round_seconds: float = 0.0) -> Timeline:
+             resolution: float = 0.0, round_seconds: float = 0.0,
+             transfers: tuple[tuple[int, float], ...] = ()) -> Timeline:
     """The first ``num_ticks`` ticks of N nodes on ``cluster`` (event-ordered, see the module's docstring).
 
     Args:
@@ -354,20 +361,23 @@ def timeline(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: in
       waits: what the method waits for (:class:`Waits`).
       resolution: seconds within which step ends are taken in one tick (0: only equal times).
       round_seconds: a round's transfer, from its last report until it closes (and its members restart).
+      transfers: ``(every, seconds)`` of each exchange a node waits for on its own, no collective: after every
+        ``every``-th of its own steps it waits ``seconds`` before its next (SGP's push and its in-peer's message).
     """
     return _simulate(cluster, num_nodes, num_ticks, seed=seed, waits=waits, resolution=resolution,
-                     round_seconds=round_seconds)
+                     round_seconds=round_seconds, transfers=transfers)
 
 
 def _simulate(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int, waits: Waits,
-              resolution: float, round_seconds: float, rounds: int | None = None) -> Timeline:
+              resolution: float, round_seconds: float, rounds: int | None = None,
+              transfers: tuple[tuple[int, float], ...] = ()) -> Timeline:
     """:func:`timeline`; with ``rounds``, only the ticks at which a round closes, and none after the ``rounds``-th
     (what :meth:`Timeline.collapsed` keeps of the first ``num_ticks`` ticks, without simulating the rest)."""
     n = num_nodes
     waits.check(n)
     require(is_int(num_ticks) and num_ticks >= 0, "num_ticks", "an integer >= 0", num_ticks)
     require(is_real(resolution) and resolution >= 0, "resolution", "a number >= 0", resolution)
-    nodes, quorum = _Nodes(cluster, n, seed), waits.quorum or n
+    nodes, quorum = _Nodes(cluster, n, seed, transfers), waits.quorum or n
     out = {name: [] for name in ("time", "due", "closes", "members", "steps", "node_time", "node_start", "useful",
                                  "lost")}
     for t in range(num_ticks):
@@ -474,11 +484,18 @@ def own_pace_of(own_pace: OwnPace | bool) -> OwnPace:
 def of_run(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int, waits: Waits,
            traffic=(), own_pace: OwnPace | bool = True) -> Timeline:
     """The timeline of one run: :func:`timeline` with the round transfer of the method's blocking rounds
-    (``traffic``, :class:`jaxcomm.ledger.Round` values) on the cluster's links. Synchronous SGD's
+    (``traffic``, :class:`jaxcomm.ledger.Round` values) on the cluster's links; where the nodes wait for no round
+    (``waits.every`` 0), each blocking exchange delays each node by its own transfer after its steps (SGP's push:
+    :func:`jaxcomm.clock.round_seconds` of it every ``every`` of the node's steps), as the lockstep clock charges it. Synchronous SGD's
     (:data:`LOCKSTEP`) has one tick per round (:meth:`Timeline.collapsed`), in closed form where no node goes off
     (O(T N) work), else simulated up to its T-th round's close (at most T x N ticks)."""
     settings = own_pace_of(own_pace)
-    round_seconds = sum(clock.round_seconds(r, cluster, num_nodes) for r in traffic if r.blocking)
+    blocking = [r for r in traffic if r.blocking]
+    if waits.every or not blocking:  # the nodes wait for rounds: every blocking exchange is the round's transfer
+        round_seconds, transfers = sum(clock.round_seconds(r, cluster, num_nodes) for r in blocking), ()
+    else:  # no collective: each node waits on its own exchanges (a neighbours round: its copies, one link's time)
+        round_seconds = 0.0
+        transfers = tuple((r.every, clock.round_seconds(r, cluster, num_nodes)) for r in blocking)
     resolution = settings.resolution_for(cluster.compute, num_nodes)
     if waits == LOCKSTEP:  # one compiled step per round: a round's ticks collapsed into one
         require(is_int(num_ticks) and num_ticks >= 0, "num_ticks", "an integer >= 0", num_ticks)
@@ -489,7 +506,7 @@ def of_run(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int,
         return _simulate(cluster, num_nodes, num_ticks * num_nodes, seed=seed, waits=waits, resolution=resolution,
                          round_seconds=round_seconds, rounds=num_ticks).collapsed(num_ticks)
     return timeline(cluster, num_nodes, num_ticks, seed=seed, waits=waits, resolution=resolution,
-                    round_seconds=round_seconds)
+                    round_seconds=round_seconds, transfers=transfers)
 
 
 def taken_mean(losses, state, steps_done: int) -> float:

@@ -28,8 +28,10 @@ Where the simulator had to choose, and what each choice follows:
   the paper is silent, and the reference gossips ``module.parameters()``, never the buffers.
 * **Blocking.** SGP: a node mixes its in-peer's message of step k before its step k + 1 (Algorithm 1; the
   reference's next forward pass waits for it), so each step pays one transfer: a blocking "neighbours" round
-  every step. No node waits for a collective of the others, so it states no ``waits``. OSGP: the transfer overlaps
-  the next steps' compute (§3, "Overlap SGP"): a non-blocking round.
+  every step. No node waits for a collective of the others, so it states no ``waits``; at their own pace each node
+  waits its push's transfer (:func:`jaxcomm.clock.round_seconds` of the round) after every step before its next
+  (:func:`jaxcomm.pace.of_run`), as the lockstep clock charges it. OSGP: the transfer overlaps the next steps'
+  compute (§3, "Overlap SGP"): a non-blocking round.
 * **Overlap.** τ-OSGP (§3): a message sent at step t enters its receiver's mix at step t + τ. The sender keeps its
   half at once (the reference's ``transfer_params``), so the weights and those in flight sum to N at every step.
   ``overlap=1`` is the reference's OSGP (a message is mixed in at the next iteration); ``overlap=None`` takes each

@@ -101,6 +101,21 @@ def test_delays_from_the_cluster(tiny_dataset):
         sgp.osgp(0)
 
 
+def test_at_their_own_pace_each_sgp_step_waits_for_its_push_and_overlap_sgp_does_not(tiny_dataset):
+    # 4 nodes of 1 s steps on a link of 0.25 s latency carrying 4 P + 4 bytes at 4 P + 4 bytes a second: SGP's push
+    # takes 1.25 s after each step, so step k ends at k + 1.25 (k - 1) s; OSGP's overlaps and its steps end each second
+    nbytes = 4.0 * PARAMS + 4
+    slow = clock.Cluster(clock.Compute(1.0), clock.Link(nbytes, 0.25, "slow"))
+    built = {m.name: methods.build(m, _config(), MODEL, tiny_dataset, cluster=slow) for m in (sgp.sgp(), sgp.osgp(1))}
+    for name, gap in (("sgp", 1.25), ("osgp_1", 0.0)):
+        b = built[name]
+        _, timeline = methods.at_own_pace(b, slow, True)
+        k = np.arange(1, 7)
+        np.testing.assert_allclose(timeline.time, k + gap * (k - 1), rtol=1e-12)
+        assert timeline.due.all()  # equal speeds: every node every tick, as in lockstep
+        assert timeline.goodput(6) == pytest.approx(6 / (6 + 5 * gap))  # the waits on the link are not compute
+
+
 def _config(**changes) -> kit.RunConfig:
     return kit.RunConfig(num_nodes=4, batch_size=8, num_steps=6, eval_every=3, backend="vmap",
                          step_loop="scan").replace(**changes)
