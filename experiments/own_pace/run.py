@@ -32,7 +32,9 @@ def method_of(name: str, preset: Preset) -> methods.Method:
             "diloco_quorum": lambda: local_sgd.diloco(preset.sync_every, quorum=preset.quorum,
                                                       grace=preset.step_seconds, name="diloco_quorum"),
             # push-sum gossip, whose claim is robustness to stragglers (Assran et al. 2019): no node waits
-            "sgp": lambda: sgp.sgp(name="sgp"), "osgp": lambda: sgp.osgp(1, name="osgp")}[name]()
+            "sgp": lambda: sgp.sgp(name="sgp"),
+            # its delay from the links: a message enters its receiver's mix the receiver steps its transfer takes
+            "osgp": lambda: sgp.osgp(None, name="osgp")}[name]()
 
 
 def cluster_of(condition: str, preset: Preset) -> clock.Cluster:
