@@ -95,3 +95,27 @@ def test_an_interrupted_run_saves_nothing_of_its_pair(tmp_path, monkeypatch):
         own_pace.main(["--preset", "smoke", "--out", str(out), "--conditions", "lan_1g_0_stragglers",
                        "--methods", "isolated"])
     assert not (out / "runs" / "lan_1g_0_stragglers" / "isolated.json").exists()
+
+
+def test_more_seeds_train_only_what_a_saved_pair_lacks_and_the_table_reads_the_seeds_asked(tmp_path, record_training):
+    out = tmp_path / "own_pace"
+    args = ["--preset", "smoke", "--out", str(out), "--conditions", "lan_1g_0_stragglers", "--methods", "isolated",
+            "outputs"]
+    assert own_pace.main(args) == 0  # the smoke preset's seeds 0 and 1
+    two = json.loads((out / "summary.json").read_text())
+    before = json.loads((out / "runs" / "lan_1g_0_stragglers" / "outputs.json").read_text())
+    calls = record_training()
+    assert own_pace.main([*args, "--seeds", "0", "1", "2"]) == 0
+    assert len(calls) == 2  # seed 2 of each pair, nothing else
+    after = json.loads((out / "runs" / "lan_1g_0_stragglers" / "outputs.json").read_text())
+    assert after["seeds"] == [0, 1, 2] and after["curves"][:2] == before["curves"]
+    three = json.loads((out / "summary.json").read_text())
+    assert three["seeds"] == [0, 1, 2] and len(three["tables"]["lan_1g_0_stragglers"]["rows"]["outputs"]["test"]) == 3
+    assert own_pace.main([*args, "--seeds", "0", "1"]) == 0 and len(calls) == 2  # read again at 2: nothing trains
+    again = json.loads((out / "summary.json").read_text())
+    def without_wall(tables):  # a pair's training seconds count every seed it holds
+        return {c: {**t, "rows": {m: {k: v for k, v in r.items() if k != "wall_seconds"} for m, r in t["rows"].items()}}
+                for c, t in tables.items()}
+
+    assert without_wall(again["tables"]) == without_wall(two["tables"])
+    assert again["target_validation"] == two["target_validation"]

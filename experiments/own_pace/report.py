@@ -13,6 +13,7 @@ import numpy as np
 from jaxcomm import stats
 from jaxcomm.harness import report
 
+from .pairs import seeds_of, with_seeds
 from .presets import CONDITIONS, METHODS
 
 
@@ -57,7 +58,10 @@ def table(summary: dict) -> str:
 
 def plot_curves(out: pathlib.Path) -> None:
     """``curves.png``: test accuracy (as scored) against virtual seconds, mean over seeds, a panel per condition."""
+    seeds = json.loads((out / "summary.json").read_text()).get("seeds")  # the seeds the table reads, where it says
     pairs = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
+    if seeds is not None:
+        pairs = [with_seeds(p, seeds) for p in pairs if set(seeds) <= set(seeds_of(p))]
     conditions = [c for c in CONDITIONS if any(p["condition"] == c for p in pairs)]
     plt = report.pyplot()
     colour = {name: f"C{i}" for i, name in enumerate(METHODS)}  # one colour a method in every panel

@@ -20,6 +20,7 @@ from jaxcomm import clock, data, data_parallel, driver, exchange, inbox, local_s
 from jaxcomm.harness import results
 from jaxcomm.models import MLP
 
+from .pairs import merged, seeds_of, with_seeds
 from .presets import CHURN, CONDITIONS, METHODS, NETWORKS, PRESETS, Preset
 from .report import table, write_report
 
@@ -83,8 +84,9 @@ def run_pair(condition: str, name: str, preset: Preset, dataset) -> dict:
                                     f"{count} ticks; nothing saved for this pair (the next run trains it again)")
         curves.append([curve_point(record, name) for record in run["history"]])
         shares.append(run["timeline"].due_share())
-    return {"condition": condition, "method": name, "ticks": ticks, "seconds": time.perf_counter() - start,
-            "curves": curves, "due_share": shares} | ({"stopped": stopped} if stopped else {})
+    return {"condition": condition, "method": name, "seeds": list(preset.seeds), "ticks": ticks,
+            "seconds": time.perf_counter() - start, "curves": curves, "due_share": shares} | (
+        {"stopped": stopped} if stopped else {})
 
 
 def curve_point(record: dict, name: str) -> dict:
@@ -109,9 +111,11 @@ def seconds_to(curve: list[dict], target: float | None, key: str) -> float | Non
     return None if target is None else next((p["seconds"] for p in curve if p[key] >= target), None)
 
 
-def summarize(out: pathlib.Path, preset_name: str) -> dict:
-    pairs = {(p["condition"], p["method"]): p for p in
-             (json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json")))}
+def summarize(out: pathlib.Path, preset_name: str, seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
+    """The tables of the saved pairs, each read at ``seeds`` (a pair that lacks one is left out)."""
+    saved = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
+    pairs = {(p["condition"], p["method"]): with_seeds(p, list(seeds)) for p in saved
+             if set(seeds) <= set(seeds_of(p))}
     isolated = pairs.get(("lan_1g_0_stragglers", "isolated"))
     target = math.floor(float(np.mean([c[-1]["validation"] for c in isolated["curves"]]))) if isolated else None
     tables = {}
@@ -146,7 +150,8 @@ def summarize(out: pathlib.Path, preset_name: str) -> dict:
     for c, p in zip(family, stats.holm([c["p"] for c in family]), strict=True):
         c["holm_p"] = p
     return {"experiment": "own_pace", "preset": preset_name, "target_validation": target, "tables": tables,
-            "holm_family": "table", "pairs_seconds": float(sum(p["seconds"] for p in pairs.values()))}
+            "holm_family": "table", "seeds": list(seeds),
+            "pairs_seconds": float(sum(p["seconds"] for p in saved if set(seeds) <= set(seeds_of(p))))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,8 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conditions", nargs="*", default=None, choices=list(CONDITIONS),
                         help="default: the preset's (every condition but on the smoke preset)")
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--seeds", nargs="*", type=int, default=None,
+                        help="default: the preset's; a saved pair trains only the seeds it lacks")
     args = parser.parse_args(argv)
     preset, out = PRESETS[args.preset](), pathlib.Path(args.out)
+    if args.seeds is not None:
+        if not args.seeds or len(set(args.seeds)) != len(args.seeds):
+            parser.error(f"--seeds: distinct seeds, got {args.seeds}")
+        preset = dataclasses.replace(preset, seeds=tuple(sorted(args.seeds)))
     conditions = args.conditions if args.conditions is not None else list(preset.conditions or CONDITIONS)
     dataset = data.load_mnist_sample() if preset.dataset == "mnist_sample" else \
         data.load_dataset(preset.dataset, args.data_dir)
@@ -171,16 +182,19 @@ def main(argv: list[str] | None = None) -> int:
     for condition in conditions:
         for name in args.methods:
             path = out / "runs" / condition / f"{name}.json"
-            if path.exists():
+            saved = json.loads(path.read_text()) if path.exists() else None
+            missing = [seed for seed in preset.seeds if saved is None or seed not in seeds_of(saved)]
+            if not missing:
                 continue
-            pair = run_pair(condition, name, preset, dataset)
+            pair = run_pair(condition, name, dataclasses.replace(preset, seeds=tuple(missing)), dataset)
+            pair = pair if saved is None else merged(saved, pair)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(pair) + "\n")
             finals = [c[-1]["test"] for c in pair["curves"] if c is not None]
             print(f"{condition} {name}: {max(pair['ticks'])} ticks, test "
                   f"{np.mean(finals) if finals else float('nan'):.2f} in {pair['seconds']:.0f} s"
                   + "".join(f"; stopped, {s}" for s in pair.get("stopped", ())), flush=True)
-    summary = summarize(out, args.preset) | {
+    summary = summarize(out, args.preset, preset.seeds) | {
         "command": results.command_line(), "git_commit": results.git_commit(), "device": results.device_description(),
         "host_cpu": results.host_cpu(), "wall_seconds": time.perf_counter() - start,
         "preset": dataclasses.asdict(preset)}
