@@ -516,8 +516,8 @@ FINDINGS = [
             "nodes on the WAN; bytes and time disagree on up to {} of {} pairs; at a {:.2f} ms step the WAN's uplink "
             "holds output sharing back", _time_frontier_retimed),
     Finding(R, "own_pace", "output sharing ahead of isolated nodes in all {} conditions by raw intervals, in {} after "
-            "Holm over {} comparisons; it beats synchronous DiLoCo in all {} WAN conditions; SGP and OSGP diverge under "
-            "churn", lambda: _own_pace(False)),
+            "Holm over {} comparisons; it beats synchronous DiLoCo in all {} WAN conditions; SGP and OSGP diverge "
+            "under churn", lambda: _own_pace(False)),
     Finding(R, "teacher_selection", "stack 5: {:.2f}x [{:.2f}, {:.2f}] fewer updates to 96.5 %, {:.2f}x in compute, "
             "the same test accuracy; large stacks collapse without a warm-up", _teacher),
     Finding(R, "language/horizon_10000", "no level differs from the baseline (Holm p = 1); a fixed temperature raises "
