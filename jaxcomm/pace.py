@@ -487,8 +487,8 @@ def of_run(cluster: clock.Cluster, num_nodes: int, num_ticks: int, *, seed: int,
     (``traffic``, :class:`jaxcomm.ledger.Round` values) on the cluster's links; where the nodes wait for no round
     (``waits.every`` 0), each blocking exchange delays each node by its own transfer after its steps (SGP's push:
     :func:`jaxcomm.clock.round_seconds` of it every ``every`` of the node's steps), as the lockstep clock charges it.
-    Synchronous SGD's (:data:`LOCKSTEP`) has one tick per round (:meth:`Timeline.collapsed`), in closed form where no node goes off
-    (O(T N) work), else simulated up to its T-th round's close (at most T x N ticks)."""
+    Synchronous SGD's (:data:`LOCKSTEP`) has one tick per round (:meth:`Timeline.collapsed`), in closed form where
+    no node goes off (O(T N) work), else simulated up to its T-th round's close (at most T x N ticks)."""
     settings = own_pace_of(own_pace)
     blocking = [r for r in traffic if r.blocking]
     if waits.every or not blocking:  # the nodes wait for rounds: every blocking exchange is the round's transfer
