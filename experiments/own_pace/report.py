@@ -56,9 +56,9 @@ def table(summary: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot_curves(out: pathlib.Path) -> None:
-    """``curves.png``: test accuracy (as scored) against virtual seconds, mean over seeds, a panel per condition."""
-    seeds = json.loads((out / "summary.json").read_text()).get("seeds")  # the seeds the table reads, where it says
+def plot_curves(out: pathlib.Path, seeds: list[int] | None = None) -> None:
+    """``curves.png``: test accuracy (as scored) against virtual seconds, mean over ``seeds`` (the table's; None:
+    every seed a pair holds), a panel per condition."""
     pairs = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
     if seeds is not None:
         pairs = [with_seeds(p, seeds) for p in pairs if set(seeds) <= set(seeds_of(p))]
@@ -92,6 +92,7 @@ def plot_curves(out: pathlib.Path) -> None:
 def write_report(out: pathlib.Path | str, *, plots: bool = True) -> None:
     """``table.md`` from ``summary.json`` first, then the plot (a failing plot costs only a warning)."""
     out = pathlib.Path(out)
-    (out / "table.md").write_text(table(json.loads((out / "summary.json").read_text())))
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "table.md").write_text(table(summary))
     if plots:
-        report.draw(curves=lambda: plot_curves(out))
+        report.draw(curves=lambda: plot_curves(out, summary.get("seeds")))

@@ -114,8 +114,8 @@ def seconds_to(curve: list[dict], target: float | None, key: str) -> float | Non
 def summarize(out: pathlib.Path, preset_name: str, seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
     """The tables of the saved pairs, each read at ``seeds`` (a pair that lacks one is left out)."""
     saved = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*/*.json"))]
-    pairs = {(p["condition"], p["method"]): with_seeds(p, list(seeds)) for p in saved
-             if set(seeds) <= set(seeds_of(p))}
+    read = [p for p in saved if set(seeds) <= set(seeds_of(p))]  # the pairs that hold every seed asked
+    pairs = {(p["condition"], p["method"]): with_seeds(p, list(seeds)) for p in read}
     isolated = pairs.get(("lan_1g_0_stragglers", "isolated"))
     target = math.floor(float(np.mean([c[-1]["validation"] for c in isolated["curves"]]))) if isolated else None
     tables = {}
@@ -151,7 +151,7 @@ def summarize(out: pathlib.Path, preset_name: str, seeds: tuple[int, ...] = (0, 
         c["holm_p"] = p
     return {"experiment": "own_pace", "preset": preset_name, "target_validation": target, "tables": tables,
             "holm_family": "table", "seeds": list(seeds),
-            "pairs_seconds": float(sum(p["seconds"] for p in saved if set(seeds) <= set(seeds_of(p))))}
+            "pairs_seconds": float(sum(p["seconds"] for p in read))}
 
 
 def main(argv: list[str] | None = None) -> int:
