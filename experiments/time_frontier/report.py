@@ -45,7 +45,10 @@ def table_markdown(summary: dict) -> str:
     lines = report.heading("The frontier in time: accuracy against virtual seconds per link", summary,
                            "time_frontier.py")
     lines += [f"Frontier read: `{summary['frontier_dir'] or '(trained by this run)'}` (command "
-              f"`{summary['frontier_command']}`, commit `{summary['frontier_commit']}`); {summary['num_nodes']} nodes. "
+              f"`{summary['frontier_command']}`, commit `{summary['frontier_commit']}`"
+              + "".join(f"; with its subfolder run `{x['command']}`, commit `{x['git_commit']}`, for "
+                        f"{', '.join(x['methods'])}" for x in summary.get("frontier_extra_runs", []))
+              + f"); {summary['num_nodes']} nodes. "
               f"Target: {summary['target']:.1f} %, what every isolated seed reaches at the horizon (the lowest of "
               "their final accuracies). Seconds to target: the "
               "median seed's first evaluation at or above it (the frontier evaluates every "

@@ -119,6 +119,7 @@ def run(config: TimeFrontierConfig, *, checkpoints: Checkpoints | None = None, p
         links[link_name] = {"rows": table, "link": clock.LINKS[link_name]._asdict(), "seconds_per_step": step}
     return {"rows": {}, "links": links, "target": target, "frontier_dir": config.frontier_dir,
             "frontier_command": summary.get("command"), "frontier_commit": summary.get("git_commit"),
+            "frontier_extra_runs": summary.get("extra_runs", []),
             "num_nodes": n, "eval_every": fcfg.eval_every, "stopped": stopped, "curves": rerun_curves}
 
 
