@@ -109,7 +109,12 @@ def test_more_seeds_train_only_what_a_saved_pair_lacks_and_the_table_reads_the_s
     assert len(calls) == 2  # seed 2 of each pair, nothing else
     after = json.loads((out / "runs" / "lan_1g_0_stragglers" / "outputs.json").read_text())
     assert after["seeds"] == [0, 1, 2] and after["curves"][:2] == before["curves"]
+    # every seed names the commit it trained at (both calls here: this checkout's)
+    assert list(after["git_commits"]) == ["0", "1", "2"] and len(set(after["git_commits"].values())) == 1
     three = json.loads((out / "summary.json").read_text())
+    (commit, read), = three["pairs_by_commit"].items()
+    assert commit == after["git_commits"]["0"] and sorted(read) == [
+        "lan_1g_0_stragglers/isolated [0, 1, 2]", "lan_1g_0_stragglers/outputs [0, 1, 2]"]
     assert three["seeds"] == [0, 1, 2] and len(three["tables"]["lan_1g_0_stragglers"]["rows"]["outputs"]["test"]) == 3
     assert own_pace.main([*args, "--seeds", "0", "1"]) == 0 and len(calls) == 2  # read again at 2: nothing trains
     again = json.loads((out / "summary.json").read_text())

@@ -20,7 +20,7 @@ from jaxcomm import clock, data, data_parallel, driver, exchange, inbox, local_s
 from jaxcomm.harness import results
 from jaxcomm.models import MLP
 
-from .pairs import merged, seeds_of, with_seeds
+from .pairs import GIT_COMMITS, merged, seeds_of, with_seeds
 from .presets import CHURN, CONDITIONS, METHODS, NETWORKS, PRESETS, Preset
 from .report import table, write_report
 
@@ -151,7 +151,21 @@ def summarize(out: pathlib.Path, preset_name: str, seeds: tuple[int, ...] = (0, 
         c["holm_p"] = p
     return {"experiment": "own_pace", "preset": preset_name, "target_validation": target, "tables": tables,
             "holm_family": "table", "seeds": list(seeds),
-            "pairs_seconds": float(sum(p["seconds"] for p in read))}
+            "pairs_seconds": float(sum(p["seconds"] for p in read)),
+            "pairs_by_commit": pairs_by_commit(pairs.values())}
+
+
+def pairs_by_commit(pairs) -> dict[str, list[str]]:
+    """``{commit: ["condition/method seeds", ...]}`` of the pairs read; "unrecorded" for seeds saved before
+    pairs named their commit."""
+    out: dict[str, list[str]] = {}
+    for pair in pairs:
+        by: dict[str, list[int]] = {}
+        for seed in seeds_of(pair):
+            by.setdefault(pair.get(GIT_COMMITS, {}).get(str(seed), "unrecorded"), []).append(seed)
+        for commit, seeds in by.items():
+            out.setdefault(commit, []).append(f"{pair['condition']}/{pair['method']} {seeds}")
+    return dict(sorted(out.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             missing = [seed for seed in preset.seeds if saved is None or seed not in seeds_of(saved)]
             if not missing:
                 continue
-            pair = run_pair(condition, name, dataclasses.replace(preset, seeds=tuple(missing)), dataset)
+            pair = run_pair(condition, name, dataclasses.replace(preset, seeds=tuple(missing)), dataset) | {
+                GIT_COMMITS: dict.fromkeys(map(str, missing), results.git_commit())}
             pair = pair if saved is None else merged(saved, pair)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(pair) + "\n")
