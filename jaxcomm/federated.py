@@ -39,20 +39,23 @@ model (``score="model"``).
 Methods (each a :class:`jaxcomm.methods.Method`, built from one :class:`Algorithm`): :func:`fedavg`, :func:`fedavgm`,
 :func:`fedadam`, :func:`fedyogi`, :func:`fedprox` (the proximal term's gradient ``mu (w - x)`` added to the clients'
 gradients; ``mu`` swept as data), :func:`scaffold` (the clients' gradients corrected by ``- c_i + c``, option II's
-variates). At their own pace (``methods.train(..., own_pace=True)``) the cluster's N = K speeds are the slots':
+variates), :func:`fednova` (unequal local work, ``tau_i`` steps a client, normalised by the server). At their own
+pace (``methods.train(..., own_pace=True)``) the cluster's N = K speeds are the slots':
 every slot takes H steps and waits for the others; the kit holds a slot that is not due.
 
 References:
   McMahan et al. (2017), "Communication-Efficient Learning of Deep Networks from Decentralized Data" (FedAvg);
   Hsu et al. (2019), "Measuring the Effects of Non-Identical Data Distribution" (FedAvgM); Reddi et al. (2021),
   "Adaptive Federated Optimization", Algorithm 2 (FedAdam, FedYogi); Li et al. (2020), "Federated Optimization in
-  Heterogeneous Networks" (FedProx); Karimireddy et al. (2020), "SCAFFOLD", Algorithm 1; Efraimidis & Spirakis
-  (2006) (weighted sampling without replacement; the Gumbel top-k form, Kool et al. 2019).
+  Heterogeneous Networks" (FedProx); Karimireddy et al. (2020), "SCAFFOLD", Algorithm 1; Wang et al. (2020),
+  "Tackling the Objective Inconsistency Problem in Heterogeneous Federated Optimization" (FedNova); Efraimidis &
+  Spirakis (2006) (weighted sampling without replacement; the Gumbel top-k form, Kool et al. 2019).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -172,6 +175,12 @@ class Algorithm:
         server step: the cohort's new own states and the server's (SCAFFOLD's option II); ``x`` the global
         parameters the round started from, ``fraction`` = K / M. None: unchanged.
       copies: the P-float vectors a client uploads (and downloads) per round: 1, SCAFFOLD 2.
+      client_steps: ``[M]`` the steps each client takes per round, each in ``[1, H]`` (unequal local work:
+        :func:`steps_from_speeds`); a slot whose client has taken its steps holds still for the rest of the round.
+        None: every client takes H.
+      normalized: FedNova's aggregation (Wang et al. 2020): each client's update divided by its steps,
+        ``Delta = tau_eff sum_i p_i (x - y_i) / tau_i``, ``tau_eff = sum_i p_i tau_i``; False: FedAvg's
+        ``x - sum_i p_i y_i``, which weighs a client by the steps it took.
     """
 
     local_steps: int
@@ -185,6 +194,8 @@ class Algorithm:
     control: Callable | None = None
     close: Callable | None = None
     copies: int = 1
+    client_steps: tuple[int, ...] | None = None
+    normalized: bool = False
 
     def __post_init__(self):
         require(is_int(self.local_steps) and self.local_steps >= 1, "local_steps", "an integer >= 1",
@@ -198,6 +209,23 @@ class Algorithm:
                 "server_optimizer", "None or an optax transformation (optax.adam(1e-2))", self.server_optimizer)
         require(self.weighting in WEIGHTINGS, "weighting", f"one of {WEIGHTINGS}", self.weighting)
         require(self.sampling in SAMPLINGS, "sampling", f"one of {SAMPLINGS}", self.sampling)
+        require(self.client_steps is None or (isinstance(self.client_steps, tuple) and all(
+            is_int(t) and 1 <= t <= self.local_steps for t in self.client_steps)), "client_steps",
+            f"None or a tuple of integers in [1, local_steps = {self.local_steps}], one per client",
+            self.client_steps)
+
+
+def steps_from_speeds(speeds, local_steps: int) -> tuple[int, ...]:
+    """The steps each client takes in a round that lasts the fastest client's H steps: ``max(1, floor(H s_i /
+    max s))`` (``speeds [M]`` relative speeds > 0; a client cannot count a step it has not finished).
+
+    Example: ``steps_from_speeds((1.0, 0.5, 0.26), 4) == (4, 2, 1)``.
+    """
+    speeds = [float(v) for v in speeds]
+    require(speeds and all(math.isfinite(v) and v > 0 for v in speeds), "speeds", "finite numbers > 0, one per "
+            "client", speeds)
+    fastest = max(speeds)
+    return tuple(max(1, math.floor(local_steps * v / fastest + 1e-9)) for v in speeds)
 
 
 # --------------------------------------------------------------------------- cohorts and per-client tables
@@ -275,6 +303,9 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
                     optimizer=a.client_optimizer or optax.sgd, waits=pace.rounds_of(h))
     server = a.server_optimizer or optax.sgd(1.0)
     weighting, sampling = a.weighting, a.sampling
+    require(a.client_steps is None or len(a.client_steps) == m, "client_steps", f"one per client (M = {m})",
+            a.client_steps)
+    taus = None if a.client_steps is None else jnp.asarray(a.client_steps, jnp.int32)  # [M]
 
     def init(nodes: population.NodeState, key: jax.Array) -> FederatedState:  # every slot starts from one model
         start = population.node(nodes, 0)
@@ -294,6 +325,9 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
 
     def communicate(state: kit.NodesState, ctx: kit.Context) -> kit.NodesState:
         extra = state.extra._replace(cohort=ctx.ids)  # the cohort the slots drew from (the first: drawn this tick)
+        if taus is not None:  # a client past its steps this round keeps its model (and optimiser state) still
+            working = (ctx.tick.steps - 1) % h < taus[ctx.ids]
+            state = state._replace(nodes=population.where(working, state.nodes, ctx.before.nodes))
 
         def close(nodes: population.NodeState, extra: FederatedState):
             """The round's close: the server step from the cohort's mean, the cohort's own states scattered back, the
@@ -302,7 +336,13 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
             weights = aggregation_weights(ctx.sizes[ctx.ids], weighting)
             slots, control = (extra.slots, extra.control) if a.close is None else a.close(
                 glob.params, nodes.params, extra, ctx, k / m)
-            delta = jax.tree.map(jnp.subtract, glob.params, cohort_mean(nodes.params, weights))  # pseudo-gradient
+            if a.normalized:  # FedNova: each client's update per step, scaled back by the cohort's mean steps
+                tau = taus[ctx.ids].astype(jnp.float32) if taus is not None else jnp.full((k,), float(h))
+                p = jnp.full((k,), 1.0 / k) if weights is None else weights
+                delta = jax.tree.map(lambda x, y: jnp.sum(p * tau) * jnp.tensordot(p / tau, x[None] - y, 1),
+                                     glob.params, nodes.params)
+            else:
+                delta = jax.tree.map(jnp.subtract, glob.params, cohort_mean(nodes.params, weights))  # pseudo-gradient
             updates, server_state = server.update(delta, glob.opt_state, glob.params)
             glob = population.NodeState(optax.apply_updates(glob.params, updates),
                                         cohort_mean(nodes.model_state, weights), server_state)
@@ -322,7 +362,7 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
         init=init, shards=shards, gradients=None if a.gradients is None else gradients, communicate=communicate,
         info=lambda info, ctx: FederatedInfo(*info, ctx.tick.closes, ctx.ids), traffic=(upload,), same_start=True,
         models_of=lambda state: state.extra.model,
-        stacked=a.gradients is not None))  # without a gradients hook the slots are read together only at a close
+        stacked=a.gradients is not None or taus is not None))  # else the slots are read together only at a close
 
 
 def method(algorithm: Algorithm, name: str, *, hyper: dict[str, float] | None = None) -> methods.Method:
@@ -343,7 +383,8 @@ def _name(head: str, local_steps: int, cohort: int | None) -> str:
 def fedavg(local_steps: int, *, cohort: int | None = None,
            client_optimizer: optax.GradientTransformation | Callable | None = None,
            server_optimizer: optax.GradientTransformation | None = None, weighting: str = "samples",
-           sampling: str = "uniform", name: str | None = None) -> methods.Method:
+           sampling: str = "uniform", client_steps: tuple[int, ...] | None = None,
+           name: str | None = None) -> methods.Method:
     """FedAvg (McMahan et al. 2017): a cohort of K clients per round, H client steps from the global model, the
     server averages them by sample count (``weighting="uniform"``: uniformly).
 
@@ -355,10 +396,40 @@ def fedavg(local_steps: int, *, cohort: int | None = None,
       server_optimizer: on the pseudo-gradient ``x - mean_i y_i`` (default ``optax.sgd(1.0)``: plain FedAvg;
         :func:`fedavgm`, :func:`fedadam`, :func:`fedyogi`).
       weighting: one of :data:`WEIGHTINGS`; sampling: one of :data:`SAMPLINGS`.
+      client_steps: ``[M]`` each client's steps per round (:attr:`Algorithm.client_steps`; None: H each); FedAvg
+        averages the unequal work as it is (:func:`fednova` normalises it).
       name: default ``fedavg_h<H>[_k<K>]``.
     """
-    algorithm = Algorithm(local_steps, cohort, client_optimizer, server_optimizer, weighting, sampling)
+    algorithm = Algorithm(local_steps, cohort, client_optimizer, server_optimizer, weighting, sampling,
+                          client_steps=None if client_steps is None else tuple(client_steps))
     return method(algorithm, name or _name("fedavg", local_steps, cohort))
+
+
+def fednova(local_steps: int, client_steps: tuple[int, ...] | None = None, *, cohort: int | None = None,
+            client_optimizer: optax.GradientTransformation | Callable | None = None,
+            server_optimizer: optax.GradientTransformation | None = None, weighting: str = "samples",
+            sampling: str = "uniform", name: str | None = None) -> methods.Method:
+    """FedNova (Wang et al. 2020, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
+    Optimization"): clients do unequal local work, ``tau_i`` steps in a round (``client_steps``, e.g.
+    :func:`steps_from_speeds`), and the server normalises it: ``x <- x - tau_eff sum_i p_i (x - y_i) / tau_i``,
+    ``tau_eff = sum_i p_i tau_i``, ``p_i`` the cohort's weights (``weighting``). Plain FedAvg on the same work
+    (:func:`fedavg` with ``client_steps``) weighs a client by its steps and converges to a mixture of the clients'
+    objectives weighted by them; FedNova to the intended one.
+
+    The normalisation is the paper's for plain-SGD clients (the default ``client_optimizer``: ``a_i`` a vector of
+    ones, ``|a_i|_1 = tau_i``); with momentum or Adam clients it is this same division by the steps, not the
+    paper's ``|a_i|_1`` of that optimiser. With every ``tau_i = H`` it is FedAvg up to rounding. The server step
+    takes the normalised pseudo-gradient through ``server_optimizer`` (default ``optax.sgd(1.0)``).
+
+    Args:
+      local_steps: H, the round's ticks (the most steps a client takes).
+      client_steps: ``[M]`` each client's steps per round, in ``[1, H]`` (None: H each).
+      cohort, client_optimizer, server_optimizer, weighting, sampling: as :func:`fedavg`'s.
+      name: default ``fednova_h<H>[_k<K>]``.
+    """
+    algorithm = Algorithm(local_steps, cohort, client_optimizer, server_optimizer, weighting, sampling,
+                          client_steps=None if client_steps is None else tuple(client_steps), normalized=True)
+    return method(algorithm, name or _name("fednova", local_steps, cohort))
 
 
 def fedavgm(local_steps: int, *, server_lr: float = 1.0, momentum: float = 0.9, name: str | None = None,

@@ -290,3 +290,46 @@ def test_the_eager_per_slot_loop_trains_as_the_stacked_step(tiny_dataset):
                           progress=False) for b, s in (("vmap", "scan"), ("loop", "eager"))]
     for a, b in zip(leaves(runs[0]["state"].extra.model), leaves(runs[1]["state"].extra.model), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_fednova_normalises_unequal_local_work_by_hand(tiny_dataset):
+    # K = M = 2 clients of unequal shards, H = 2 ticks a round; client 0 takes 2 steps, client 1 one
+    assert federated.steps_from_speeds((1.0, 0.5, 0.26), 4) == (4, 2, 1)
+    assert federated.steps_from_speeds((3.0, 1.0), 2) == (2, 1)
+    cfg = config(num_nodes=2, partition="dirichlet", dirichlet_alpha=0.5)
+    steps = federated.steps_from_speeds((3.0, 1.0), 2)
+    _, data, nova, infos = run(federated.fednova(2, steps), cfg, tiny_dataset, 2)
+    _, _, avg, _ = run(federated.fedavg(2, client_steps=steps), cfg, tiny_dataset, 2)
+    _, _, drift, _ = run(federated.fedavg(100), cfg, tiny_dataset, 2)  # the clients' y_i after 1 and 2 steps, no close
+    np.testing.assert_array_equal(infos[0].cohort, [0, 1])
+    sizes = np.asarray(data.shard_sizes, np.float64)
+    p, tau = sizes / sizes.sum(), np.array([2.0, 1.0])
+    assert p[0] != p[1]
+    x0 = glob(nova[0])
+    y = [np.stack([two[0], one[1]]) for one, two in  # client 0 after its 2 steps, client 1 held after its first
+         zip(leaves(drift[1].nodes.params), leaves(drift[2].nodes.params), strict=True)]
+    for got, fedavg_got, x, yi in zip(glob(nova[-1]), glob(avg[-1]), x0, y, strict=True):
+        want = (p @ tau) * np.tensordot(p / tau, x[None] - yi, 1)  # tau_eff sum_i p_i (x - y_i) / tau_i
+        np.testing.assert_allclose(got, x - want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(fedavg_got, np.tensordot(p, yi, 1), rtol=1e-5, atol=1e-6)  # FedAvg: as it is
+        assert not np.allclose(got, fedavg_got, rtol=1e-5, atol=1e-6)  # the normalisation matters
+    # a held client is still through its held tick: slot 1's model after tick 2 is its model after tick 1
+    _, _, held, _ = run(federated.fedavg(3, client_steps=(3, 1)), cfg, tiny_dataset, 2)
+    for a, b in zip(leaves(held[2].nodes), leaves(held[1].nodes), strict=True):
+        np.testing.assert_array_equal(a[1], b[1])
+        assert not np.array_equal(a[0], b[0])
+
+
+def test_fednova_with_equal_work_is_fedavg_and_its_errors_name_the_field(tiny_dataset):
+    cfg = config(partition="dirichlet", dirichlet_alpha=0.5)
+    nova = methods.train(federated.fednova(2, cohort=2), cfg, MODEL, tiny_dataset, progress=False)
+    avg = methods.train(federated.fedavg(2, cohort=2), cfg, MODEL, tiny_dataset, progress=False)
+    for a, b in zip(leaves(nova["state"].extra.model.params), leaves(avg["state"].extra.model.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert nova["bytes"]["total"] == avg["bytes"]["total"]
+    with pytest.raises(ValueError, match=r"^client_steps must be None or a tuple of integers in \[1, local_steps = 2"):
+        federated.fednova(2, (3, 1, 1, 1))
+    with pytest.raises(ValueError, match=r"^client_steps must be one per client \(M = 4\)"):
+        methods.build(federated.fednova(2, (2, 1)), cfg, MODEL, tiny_dataset)
+    with pytest.raises(ValueError, match="^speeds must be"):
+        federated.steps_from_speeds((1.0, 0.0), 2)
