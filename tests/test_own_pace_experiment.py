@@ -124,3 +124,17 @@ def test_more_seeds_train_only_what_a_saved_pair_lacks_and_the_table_reads_the_s
 
     assert without_wall(again["tables"]) == without_wall(two["tables"])
     assert again["target_validation"] == two["target_validation"]
+
+
+def test_verdicts_read_each_comparison_in_its_own_family_and_say_which_held():
+    from experiments.own_pace.report import verdicts
+
+    def summary(*rows):
+        return {"tables": {"lan": {"comparisons": [{"other": o, "mean": m, "holm_p": p} for o, m, p in rows]}}}
+
+    three = summary(("isolated", 0.9, 0.04), ("sgp", 0.7, 0.09), ("diloco", -1.0, 0.01), ("osgp", 0.1, None))
+    five = summary(("isolated", 0.8, 0.003), ("sgp", 0.7, 0.02), ("diloco", 0.2, 0.6), ("sync_sgd", 1.0, 0.01))
+    got = {(v["other"], v["before"], v["after"]): v["held"] for v in verdicts(three, five)}
+    assert got == {("isolated", "ahead", "ahead"): True, ("sgp", "unresolved", "ahead"): False,
+                   ("diloco", "behind", "unresolved"): False, ("osgp", "unresolved", "absent"): False,
+                   ("sync_sgd", "absent", "ahead"): False}

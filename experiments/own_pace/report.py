@@ -96,3 +96,25 @@ def write_report(out: pathlib.Path | str, *, plots: bool = True) -> None:
     (out / "table.md").write_text(table(summary))
     if plots:
         report.draw(curves=lambda: plot_curves(out, summary.get("seeds")))
+
+
+def reading(comparison: dict, level: float = 0.05) -> str:
+    """What a comparison says: "ahead" or "behind" (output sharing minus the other, Holm p < ``level``), else
+    "unresolved"."""
+    if comparison["holm_p"] is None or comparison["holm_p"] >= level:
+        return "unresolved"
+    return "ahead" if comparison["mean"] > 0 else "behind"
+
+
+def verdicts(before: dict, after: dict) -> list[dict]:
+    """Every comparison of two summaries of the study (e.g. 3 seeds, then 5), each read by :func:`reading` in its own
+    table's Holm family: ``[{"condition", "other", "before", "after", "held"}]`` where ``held`` says the reading
+    is the same. A comparison only one summary has is read "absent" in the other."""
+    def readings(summary: dict) -> dict[tuple[str, str], str]:
+        return {(condition, c["other"]): reading(c) for condition, t in summary["tables"].items()
+                for c in t["comparisons"]}
+
+    a, b = readings(before), readings(after)
+    keys = list(a) + [k for k in b if k not in a]
+    return [{"condition": k[0], "other": k[1], "before": a.get(k, "absent"), "after": b.get(k, "absent"),
+             "held": a.get(k) == b.get(k)} for k in keys]
