@@ -17,6 +17,13 @@ Every round (H = ``local_steps`` ticks):
    ``x = mean_i y_i``; momentum SGD: FedAvgM; Adam or Yogi: FedAdam / FedYogi, Reddi et al. 2021, as DiLoCo's
    outer step in :mod:`jaxcomm.local_sgd`), then draws the next cohort.
 
+Clients that come and go: with ``available`` (``[R, M] bool``, which clients are on through round r, e.g.
+:func:`jaxcomm.pace.on_through` of a cluster's :class:`jaxcomm.clock.Availability` at the rounds' virtual times:
+:func:`available_clients`) the cohort is drawn among the clients on in its round. A round with fewer than K on
+fills its other slots with clients that are off: they train (the compiled step keeps its K slots) but weigh 0 in
+the server's mean and keep their own state; a round with none on leaves the global model and the server state as
+they were. The ledger still books K clients per round (an upper bound where fewer were on).
+
 How M reaches the data: a :class:`FederatedConfig` extends :class:`jaxcomm.kit.RunConfig` with ``num_clients`` (M);
 its :attr:`~FederatedConfig.num_shards` is M, so :func:`jaxcomm.classifier.shards_of` (and
 :func:`jaxcomm.methods.shard_data`, a sweep's :func:`jaxcomm.classifier.run_data`) partition the training split over
@@ -62,9 +69,10 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-from jaxcomm import kit, ledger, methods, pace, population, streams
+from jaxcomm import clock, kit, ledger, methods, pace, population, streams
 from jaxcomm.validation import is_int, is_real, named_fields, require
 
 WEIGHTINGS = ("samples", "uniform")
@@ -145,7 +153,8 @@ class FederatedState(NamedTuple):
 
 class FederatedInfo(NamedTuple):
     """What one tick did. Attributes: loss: ``[K]``; indices: ``[K, B] int32`` rows drawn; synced: ``[] bool`` a round
-    closed after it; cohort: ``[K] int32`` the clients the slots drew from."""
+    closed after it; cohort: ``[K] int32`` the clients the slots drew from (-1 where a slot's client was off, with
+    :attr:`Algorithm.available`)."""
 
     loss: jax.Array
     indices: jax.Array
@@ -181,6 +190,9 @@ class Algorithm:
       normalized: FedNova's aggregation (Wang et al. 2020): each client's update divided by its steps,
         ``Delta = tau_eff sum_i p_i (x - y_i) / tau_i``, ``tau_eff = sum_i p_i tau_i``; False: FedAvg's
         ``x - sum_i p_i y_i``, which weighs a client by the steps it took.
+      available: ``[R, M] bool`` which clients are on in round r (:func:`available_clients`), at least as many rounds
+        as the run takes; the cohort is drawn among them (see the module's docstring). None: every client always.
+        Not with a ``close`` hook (SCAFFOLD's variates would average the absent slots).
     """
 
     local_steps: int
@@ -196,6 +208,7 @@ class Algorithm:
     copies: int = 1
     client_steps: tuple[int, ...] | None = None
     normalized: bool = False
+    available: Any = dataclasses.field(default=None, compare=False)  # an array: compared and hashed by identity
 
     def __post_init__(self):
         require(is_int(self.local_steps) and self.local_steps >= 1, "local_steps", "an integer >= 1",
@@ -213,6 +226,11 @@ class Algorithm:
             is_int(t) and 1 <= t <= self.local_steps for t in self.client_steps)), "client_steps",
             f"None or a tuple of integers in [1, local_steps = {self.local_steps}], one per client",
             self.client_steps)
+        if self.available is not None:
+            table = np.asarray(self.available)
+            require(table.ndim == 2 and table.shape[0] >= 1 and table.dtype == bool, "available",
+                    "a [rounds, clients] bool array (federated.available_clients)", table.shape)
+            require(self.close is None, "available", "None for a method with a close hook (SCAFFOLD)", "a table")
 
 
 def steps_from_speeds(speeds, local_steps: int) -> tuple[int, ...]:
@@ -231,7 +249,8 @@ def steps_from_speeds(speeds, local_steps: int) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- cohorts and per-client tables
 
 
-def draw_cohort(key: jax.Array, sizes: jax.Array, cohort: int, sampling: str = "uniform") -> jax.Array:
+def draw_cohort(key: jax.Array, sizes: jax.Array, cohort: int, sampling: str = "uniform",
+                available: jax.Array | None = None) -> jax.Array:
     """K distinct clients of M, ascending (``[K] int32``; K = M: ``arange(M)``).
 
     Args:
@@ -240,11 +259,31 @@ def draw_cohort(key: jax.Array, sizes: jax.Array, cohort: int, sampling: str = "
       cohort: K <= M.
       sampling: "uniform" (every K-subset alike) or "weight": successive sampling without replacement with
         probability proportional to ``sizes``, as the top K of ``log sizes + Gumbel`` noise (Kool et al. 2019).
+      available: ``[M] bool`` the clients that may be drawn (None: all): the cohort is drawn among them, and where
+        fewer than K are, it holds every one of them and fills its other places with clients that are not.
     """
     noise = jax.random.gumbel(key, sizes.shape)
     scores = noise if sampling == "uniform" else noise + jnp.log(sizes.astype(jnp.float32))
+    if available is not None:
+        scores = jnp.where(available, scores, -jnp.inf)
     _, ids = jax.lax.top_k(scores, cohort)
     return jnp.sort(ids).astype(jnp.int32)
+
+
+def available_clients(availability: clock.Availability | None, num_clients: int, rounds: int, round_seconds: float,
+                      *, seed: int = 0) -> np.ndarray:
+    """``[R, M] bool``: the clients on through every moment of each of R rounds of ``round_seconds`` (round r spans
+    ``[r T, (r + 1) T)``), under ``availability``: the off windows a cluster's nodes meet at their own pace with the
+    same seed (:func:`jaxcomm.pace.on_through`). ``round_seconds`` is e.g. a lockstep round's virtual time
+    (:func:`jaxcomm.clock.seconds` of H steps).
+
+    Example: ``fedavg(5, cohort=10, available=available_clients(clock.Availability(60.0, 20.0), 100, 200, 1.5))``.
+    """
+    require(is_int(rounds) and rounds >= 1, "rounds", "an integer >= 1", rounds)
+    require(is_real(round_seconds) and math.isfinite(round_seconds) and round_seconds > 0, "round_seconds",
+            "finite seconds > 0", round_seconds)
+    starts = np.arange(rounds) * float(round_seconds)
+    return pace.on_through(availability, num_clients, starts, starts + float(round_seconds), seed=seed)
 
 
 def table(one: Any, rows: int) -> Any:
@@ -262,13 +301,19 @@ def scatter(clients: Any, ids: jax.Array, rows: Any) -> Any:
     return jax.tree.map(lambda leaf, new: leaf.at[ids].set(new), clients, rows)
 
 
-def aggregation_weights(sizes: jax.Array, weighting: str) -> jax.Array | None:
+def aggregation_weights(sizes: jax.Array, weighting: str, present: jax.Array | None = None) -> jax.Array | None:
     """``[K]`` weights summing to 1 of the cohort's clients (``sizes [K]`` their sample counts), or None for the
-    uniform mean (taken as ``jnp.mean``, local SGD's, so a cohort of all M is local SGD bit for bit)."""
-    if weighting == "uniform":
-        return None
-    counts = sizes.astype(jnp.float32)
-    return counts / jnp.sum(counts)
+    uniform mean (taken as ``jnp.mean``, local SGD's, so a cohort of all M is local SGD bit for bit).
+
+    ``present [K] bool``: the slots whose client was on (None: all); the others weigh 0, and where none was on every
+    weight is 0."""
+    if present is None:
+        if weighting == "uniform":
+            return None
+        counts = sizes.astype(jnp.float32)
+        return counts / jnp.sum(counts)
+    counts = present.astype(jnp.float32) * (1.0 if weighting == "uniform" else sizes.astype(jnp.float32))
+    return counts / jnp.maximum(jnp.sum(counts), 1.0)
 
 
 def cohort_mean(tree: Any, weights: jax.Array | None) -> Any:
@@ -306,6 +351,20 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     require(a.client_steps is None or len(a.client_steps) == m, "client_steps", f"one per client (M = {m})",
             a.client_steps)
     taus = None if a.client_steps is None else jnp.asarray(a.client_steps, jnp.int32)  # [M]
+    on = None if a.available is None else jnp.asarray(a.available)  # [R, M]
+    if on is not None:
+        rounds = -(-config.num_steps // h)
+        require(on.shape[1] == m and on.shape[0] >= rounds, "available",
+                f"a [rounds >= {rounds}, clients = {m}] bool array (num_steps {config.num_steps}, H = {h})",
+                tuple(on.shape))
+
+    def on_in(r: jax.Array) -> jax.Array | None:
+        """``[M] bool`` the clients on in round r (None: every client, always)."""
+        return None if on is None else on[jnp.minimum(r, on.shape[0] - 1)]
+
+    def present(ctx: kit.Context) -> jax.Array | None:
+        """``[K] bool`` the slots whose client is on in the round this tick ends or is in (None: all)."""
+        return None if on is None else on_in((jnp.max(ctx.tick.steps) - 1) // h)[ctx.ids]
 
     def init(nodes: population.NodeState, key: jax.Array) -> FederatedState:  # every slot starts from one model
         start = population.node(nodes, 0)
@@ -318,7 +377,8 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     def shards(state: kit.NodesState, ctx: kit.Context) -> jax.Array:
         # the cohort of this round; the first is drawn at the run's first tick, where the clients' sizes are read
         return jax.lax.cond(ctx.step == 0, lambda: draw_cohort(streams.named(ctx.key, COHORT_STREAM), ctx.sizes, k,
-                                                               sampling), lambda: state.extra.cohort)
+                                                               sampling, on_in(jnp.int32(0))),
+                            lambda: state.extra.cohort)
 
     def gradients(grads, state: kit.NodesState, ctx: kit.Context):
         return a.gradients(grads, state, ctx), state
@@ -333,7 +393,7 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
             """The round's close: the server step from the cohort's mean, the cohort's own states scattered back, the
             next cohort drawn and its states gathered; every slot restarts from the new global model."""
             glob = population.node(extra.model, 0)
-            weights = aggregation_weights(ctx.sizes[ctx.ids], weighting)
+            weights = aggregation_weights(ctx.sizes[ctx.ids], weighting, present(ctx))
             slots, control = (extra.slots, extra.control) if a.close is None else a.close(
                 glob.params, nodes.params, extra, ctx, k / m)
             if a.normalized:  # FedNova: each client's update per step, scaled back by the cohort's mean steps
@@ -346,8 +406,12 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
             updates, server_state = server.update(delta, glob.opt_state, glob.params)
             glob = population.NodeState(optax.apply_updates(glob.params, updates),
                                         cohort_mean(nodes.model_state, weights), server_state)
+            if on is not None:  # a round no client was on in leaves the global model and the server as they were
+                glob = jax.tree.map(lambda new, old: jnp.where(jnp.any(present(ctx)), new, old), glob,
+                                    population.node(extra.model, 0))
             clients = scatter(extra.clients, ctx.ids, slots)
-            cohort = draw_cohort(streams.named(ctx.key, COHORT_STREAM), ctx.sizes, k, sampling)
+            cohort = draw_cohort(streams.named(ctx.key, COHORT_STREAM), ctx.sizes, k, sampling,
+                                 on_in(jnp.max(ctx.tick.steps) // h))
             params = broadcast(glob.params, k)
             fresh = jax.vmap(pop.node_step.step_for(ctx.settings.learning_rate).optimizer.init)(params)
             restart = population.NodeState(params, broadcast(glob.model_state, k), fresh)
@@ -360,7 +424,8 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     upload = ledger.Round("server", 4.0 * pop.num_params * a.copies, every=h)
     return pop.built_with(kit.Communicator(
         init=init, shards=shards, gradients=None if a.gradients is None else gradients, communicate=communicate,
-        info=lambda info, ctx: FederatedInfo(*info, ctx.tick.closes, ctx.ids), traffic=(upload,), same_start=True,
+        info=lambda info, ctx: FederatedInfo(*info, ctx.tick.closes, ctx.ids if on is None else jnp.where(
+            present(ctx), ctx.ids, -1)), traffic=(upload,), same_start=True,
         models_of=lambda state: state.extra.model,
         stacked=a.gradients is not None or taus is not None))  # else the slots are read together only at a close
 
@@ -383,7 +448,7 @@ def _name(head: str, local_steps: int, cohort: int | None) -> str:
 def fedavg(local_steps: int, *, cohort: int | None = None,
            client_optimizer: optax.GradientTransformation | Callable | None = None,
            server_optimizer: optax.GradientTransformation | None = None, weighting: str = "samples",
-           sampling: str = "uniform", client_steps: tuple[int, ...] | None = None,
+           sampling: str = "uniform", client_steps: tuple[int, ...] | None = None, available: Any = None,
            name: str | None = None) -> methods.Method:
     """FedAvg (McMahan et al. 2017): a cohort of K clients per round, H client steps from the global model, the
     server averages them by sample count (``weighting="uniform"``: uniformly).
@@ -398,17 +463,19 @@ def fedavg(local_steps: int, *, cohort: int | None = None,
       weighting: one of :data:`WEIGHTINGS`; sampling: one of :data:`SAMPLINGS`.
       client_steps: ``[M]`` each client's steps per round (:attr:`Algorithm.client_steps`; None: H each); FedAvg
         averages the unequal work as it is (:func:`fednova` normalises it).
+      available: ``[R, M] bool`` the clients on in each round (:attr:`Algorithm.available`,
+        :func:`available_clients`); None: every client, always.
       name: default ``fedavg_h<H>[_k<K>]``.
     """
     algorithm = Algorithm(local_steps, cohort, client_optimizer, server_optimizer, weighting, sampling,
-                          client_steps=None if client_steps is None else tuple(client_steps))
+                          client_steps=None if client_steps is None else tuple(client_steps), available=available)
     return method(algorithm, name or _name("fedavg", local_steps, cohort))
 
 
 def fednova(local_steps: int, client_steps: tuple[int, ...] | None = None, *, cohort: int | None = None,
             client_optimizer: optax.GradientTransformation | Callable | None = None,
             server_optimizer: optax.GradientTransformation | None = None, weighting: str = "samples",
-            sampling: str = "uniform", name: str | None = None) -> methods.Method:
+            sampling: str = "uniform", available: Any = None, name: str | None = None) -> methods.Method:
     """FedNova (Wang et al. 2020, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
     Optimization"): clients do unequal local work, ``tau_i`` steps in a round (``client_steps``, e.g.
     :func:`steps_from_speeds`), and the server normalises it: ``x <- x - tau_eff sum_i p_i (x - y_i) / tau_i``,
@@ -424,11 +491,12 @@ def fednova(local_steps: int, client_steps: tuple[int, ...] | None = None, *, co
     Args:
       local_steps: H, the round's ticks (the most steps a client takes).
       client_steps: ``[M]`` each client's steps per round, in ``[1, H]`` (None: H each).
-      cohort, client_optimizer, server_optimizer, weighting, sampling: as :func:`fedavg`'s.
+      cohort, client_optimizer, server_optimizer, weighting, sampling, available: as :func:`fedavg`'s.
       name: default ``fednova_h<H>[_k<K>]``.
     """
     algorithm = Algorithm(local_steps, cohort, client_optimizer, server_optimizer, weighting, sampling,
-                          client_steps=None if client_steps is None else tuple(client_steps), normalized=True)
+                          client_steps=None if client_steps is None else tuple(client_steps), normalized=True,
+                          available=available)
     return method(algorithm, name or _name("fednova", local_steps, cohort))
 
 
@@ -475,14 +543,14 @@ def proximal_gradients(grads: Any, state: kit.NodesState, ctx: kit.Context) -> A
 def fedprox(local_steps: int, mu: float, *, cohort: int | None = None,
             client_optimizer: optax.GradientTransformation | Callable | None = None,
             server_optimizer: optax.GradientTransformation | None = None, weighting: str = "samples",
-            sampling: str = "uniform", name: str | None = None) -> methods.Method:
+            sampling: str = "uniform", available: Any = None, name: str | None = None) -> methods.Method:
     """FedProx (Li et al. 2020): :func:`fedavg` whose clients minimise ``loss + mu / 2 |w - x|^2``: the proximal
     term's gradient ``mu (w - x)`` is added to every client gradient (:func:`proximal_gradients`). ``mu >= 0`` is
     data of the step (``hyper``), so a sweep varies it; mu = 0 is FedAvg. The other arguments as :func:`fedavg`'s
     (default name ``fedprox_h<H>_mu<mu>[_k<K>]``)."""
     require(is_real(mu) and 0 <= mu < float("inf"), "mu", "a finite number >= 0", mu)
     algorithm = Algorithm(local_steps, cohort, client_optimizer, server_optimizer, weighting, sampling,
-                          gradients=proximal_gradients)
+                          gradients=proximal_gradients, available=available)
     label = f"fedprox_h{local_steps}_mu{mu:g}" + ("" if cohort is None else f"_k{cohort}")
     return method(algorithm, name or label, hyper={"mu": mu})
 

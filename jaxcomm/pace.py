@@ -265,6 +265,43 @@ class _Availability:
         return None
 
 
+def on_through(availability: clock.Availability | None, num_nodes: int, starts, ends=None, *,
+               seed: int = 0) -> np.ndarray:
+    """``[R, N] bool``: whether node n is on through all of ``[starts[r], ends[r])``, under the same off windows a
+    cluster's nodes meet at their own pace (one stream per node, ``pace/availability``, and the seed): a federated
+    round's available clients (:func:`jaxcomm.federated.fedavg`'s ``available``).
+
+    Args:
+      availability: the on/off process or windows (None: every node always on).
+      num_nodes: N (M clients).
+      starts: ``[R]`` seconds, ascending; ends: ``[R]`` seconds, each > its start (default: the next start, and
+        an instant for the last).
+      seed: the run's seed, as :func:`timeline`'s.
+
+    Raises ValueError naming ``starts`` or ``ends`` on times out of order, before anything is drawn.
+    """
+    starts = np.asarray(starts, np.float64).reshape(-1)
+    ends = np.append(starts[1:], starts[-1:]) if ends is None else np.asarray(ends, np.float64).reshape(-1)
+    require(bool(np.all(np.isfinite(starts)) and np.all(starts >= 0) and np.all(np.diff(starts) >= 0)), "starts",
+            "finite seconds >= 0 in ascending order", starts)
+    require(ends.shape == starts.shape and bool(np.all(ends >= starts)), "ends",
+            f"{starts.size} seconds, each >= its start", ends)
+    on = np.ones((starts.size, num_nodes), bool)
+    if availability is None or starts.size == 0:
+        return on
+    off = _Availability(availability, num_nodes, seed)
+    for n in range(num_nodes):
+        off._extend(n, float(ends[-1]))
+        if not off.windows[n]:
+            continue
+        a, b = np.asarray(off.windows[n]).T  # disjoint windows in time order
+        first = np.searchsorted(b, starts, side="right")  # the first window ending after each start
+        meets = first < a.size
+        meets[meets] = a[first[meets]] < np.maximum(ends[meets], starts[meets] + 1e-12)
+        on[:, n] = ~meets
+    return on
+
+
 class _Nodes:
     """N nodes' event-ordered state: each one's step in progress, its counts, and the round it reports to."""
 

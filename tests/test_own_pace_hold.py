@@ -100,6 +100,8 @@ METHODS = {
     "scaffold": lambda: federated.scaffold(2),
     "fednova": lambda: federated.fednova(2),
     "fednova_unequal": lambda: federated.fednova(2, (2, 1, 2)),  # a client past its steps holds though due
+    "fedavg_available": lambda: federated.fedavg(2, available=np.array([[1, 1, 0], [0, 1, 1], [0, 0, 0]] * TICKS,
+                                                                          bool)),  # off slots train, weigh 0
     "fedbuff": lambda: fedbuff.fedbuff(2, 2),
     "choco": lambda: _research("test_research_method").choco_gossip(0.3),
     "fedbuff_quorum": lambda: _research("test_research_async").fedbuff(2, 2),  # research code: a quorum
