@@ -328,6 +328,49 @@ def broadcast(tree: Any, rows: int) -> Any:
     return jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (rows, *jnp.shape(leaf))), tree)
 
 
+def pseudo_gradient(x: Any, y: Any, weights: jax.Array | None, steps: jax.Array | None = None) -> Any:
+    """The server's pseudo-gradient from the global parameters ``x`` and the cohort's ``y [K, ...]``: FedAvg's
+    ``x - sum_i p_i y_i`` (``weights [K]``; None: the uniform mean), or with ``steps [K]`` (``tau_i``) FedNova's
+    ``tau_eff sum_i p_i (x - y_i) / tau_i``, ``tau_eff = sum_i p_i tau_i``."""
+    if steps is None:
+        return jax.tree.map(jnp.subtract, x, cohort_mean(y, weights))
+    p = jnp.full(steps.shape, 1.0 / steps.shape[0]) if weights is None else weights
+    return jax.tree.map(lambda xi, yi: jnp.sum(p * steps) * jnp.tensordot(p / steps, xi[None] - yi, 1), x, y)
+
+
+class _RoundsOn:
+    """Which clients are on in each round (:attr:`Algorithm.available`), read inside the step; every method is a
+    no-op (None, or what it is given) without a table."""
+
+    def __init__(self, available: Any, num_clients: int, local_steps: int, num_steps: int):
+        self.on, self.h = None if available is None else jnp.asarray(available), local_steps  # [R, M]
+        if self.on is not None:
+            rounds = -(-num_steps // local_steps)
+            require(self.on.shape[1] == num_clients and self.on.shape[0] >= rounds, "available",
+                    f"a [rounds >= {rounds}, clients = {num_clients}] bool array (num_steps {num_steps}, "
+                    f"H = {local_steps})", tuple(self.on.shape))
+
+    def clients(self, r: jax.Array) -> jax.Array | None:
+        """``[M] bool`` the clients on in round r (None: every client, always)."""
+        return None if self.on is None else self.on[jnp.minimum(r, self.on.shape[0] - 1)]
+
+    def next_round(self, ctx: kit.Context) -> jax.Array:
+        return jnp.max(ctx.tick.steps) // self.h  # at a close: the round the next cohort trains in
+
+    def slots(self, ctx: kit.Context) -> jax.Array | None:
+        """``[K] bool`` the slots whose client is on in the round this tick ends or is in (None: all)."""
+        return None if self.on is None else self.clients((jnp.max(ctx.tick.steps) - 1) // self.h)[ctx.ids]
+
+    def marked(self, ctx: kit.Context) -> jax.Array:
+        """``[K]`` the slots' clients, -1 where one is off."""
+        return ctx.ids if self.on is None else jnp.where(self.slots(ctx), ctx.ids, -1)
+
+    def unless_empty(self, ctx: kit.Context, new: Any, old: Any) -> Any:
+        """``new``, or ``old`` where no slot's client was on (a round of nobody leaves the server as it was)."""
+        return new if self.on is None else jax.tree.map(lambda a, b: jnp.where(jnp.any(self.slots(ctx)), a, b), new,
+                                                         old)
+
+
 # --------------------------------------------------------------------------- the method
 
 
@@ -351,20 +394,8 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     require(a.client_steps is None or len(a.client_steps) == m, "client_steps", f"one per client (M = {m})",
             a.client_steps)
     taus = None if a.client_steps is None else jnp.asarray(a.client_steps, jnp.int32)  # [M]
-    on = None if a.available is None else jnp.asarray(a.available)  # [R, M]
-    if on is not None:
-        rounds = -(-config.num_steps // h)
-        require(on.shape[1] == m and on.shape[0] >= rounds, "available",
-                f"a [rounds >= {rounds}, clients = {m}] bool array (num_steps {config.num_steps}, H = {h})",
-                tuple(on.shape))
-
-    def on_in(r: jax.Array) -> jax.Array | None:
-        """``[M] bool`` the clients on in round r (None: every client, always)."""
-        return None if on is None else on[jnp.minimum(r, on.shape[0] - 1)]
-
-    def present(ctx: kit.Context) -> jax.Array | None:
-        """``[K] bool`` the slots whose client is on in the round this tick ends or is in (None: all)."""
-        return None if on is None else on_in((jnp.max(ctx.tick.steps) - 1) // h)[ctx.ids]
+    on = _RoundsOn(a.available, m, h, config.num_steps)
+    on_in, present = on.clients, on.slots
 
     def init(nodes: population.NodeState, key: jax.Array) -> FederatedState:  # every slot starts from one model
         start = population.node(nodes, 0)
@@ -396,22 +427,16 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
             weights = aggregation_weights(ctx.sizes[ctx.ids], weighting, present(ctx))
             slots, control = (extra.slots, extra.control) if a.close is None else a.close(
                 glob.params, nodes.params, extra, ctx, k / m)
-            if a.normalized:  # FedNova: each client's update per step, scaled back by the cohort's mean steps
-                tau = taus[ctx.ids].astype(jnp.float32) if taus is not None else jnp.full((k,), float(h))
-                p = jnp.full((k,), 1.0 / k) if weights is None else weights
-                delta = jax.tree.map(lambda x, y: jnp.sum(p * tau) * jnp.tensordot(p / tau, x[None] - y, 1),
-                                     glob.params, nodes.params)
-            else:
-                delta = jax.tree.map(jnp.subtract, glob.params, cohort_mean(nodes.params, weights))  # pseudo-gradient
+            tau = None if not a.normalized else (  # FedNova's steps per client
+                taus[ctx.ids].astype(jnp.float32) if taus is not None else jnp.full((k,), float(h)))
+            delta = pseudo_gradient(glob.params, nodes.params, weights, tau)
             updates, server_state = server.update(delta, glob.opt_state, glob.params)
-            glob = population.NodeState(optax.apply_updates(glob.params, updates),
-                                        cohort_mean(nodes.model_state, weights), server_state)
-            if on is not None:  # a round no client was on in leaves the global model and the server as they were
-                glob = jax.tree.map(lambda new, old: jnp.where(jnp.any(present(ctx)), new, old), glob,
-                                    population.node(extra.model, 0))
+            glob = on.unless_empty(ctx, population.NodeState(optax.apply_updates(glob.params, updates),
+                                                             cohort_mean(nodes.model_state, weights), server_state),
+                                   glob)
             clients = scatter(extra.clients, ctx.ids, slots)
             cohort = draw_cohort(streams.named(ctx.key, COHORT_STREAM), ctx.sizes, k, sampling,
-                                 on_in(jnp.max(ctx.tick.steps) // h))
+                                 on_in(on.next_round(ctx)))
             params = broadcast(glob.params, k)
             fresh = jax.vmap(pop.node_step.step_for(ctx.settings.learning_rate).optimizer.init)(params)
             restart = population.NodeState(params, broadcast(glob.model_state, k), fresh)
@@ -424,8 +449,8 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     upload = ledger.Round("server", 4.0 * pop.num_params * a.copies, every=h)
     return pop.built_with(kit.Communicator(
         init=init, shards=shards, gradients=None if a.gradients is None else gradients, communicate=communicate,
-        info=lambda info, ctx: FederatedInfo(*info, ctx.tick.closes, ctx.ids if on is None else jnp.where(
-            present(ctx), ctx.ids, -1)), traffic=(upload,), same_start=True,
+        info=lambda info, ctx: FederatedInfo(*info, ctx.tick.closes, on.marked(ctx)), traffic=(upload,),
+        same_start=True,
         models_of=lambda state: state.extra.model,
         stacked=a.gradients is not None or taus is not None))  # else the slots are read together only at a close
 
