@@ -465,6 +465,28 @@ def _pace():
             pick(cluster="profiles_10x", capacity=64), pick(cluster="profiles_10x", capacity=16))
 
 
+def _peers():
+    """Median end to end seconds of each peer over jaxcomm's (rows of 50 rounds or more, and the 4-round row) and
+    jaxcomm's warm share of the step floor, as ``experiments.peers.report`` draws them."""
+    from experiments.peers import report  # noqa: PLC0415
+
+    peers = summary("benchmark/peers")
+    x, floors, short = {"flower": [], "pfl": []}, [], None
+    for row in peers["rows"].values():
+        got = {fw: report.stats(runs) for fw, runs in row["runs"].items()}
+        base = got["jaxcomm"]
+        for fw in x:
+            assert report.agrees(got[fw], base) or row["arm"]["rounds"] < 50  # a time compared at equal accuracy
+        if row["arm"]["rounds"] >= 50:
+            for fw in x:
+                x[fw].append(got[fw]["total_seconds"] / base["total_seconds"])
+            warm = base["warm_round_seconds"] * row["arm"]["rounds"]
+            floors.append(100 * report.floor_seconds(row, peers["machine"]["gflops"]) / warm)
+        else:
+            short = got["pfl"]["total_seconds"] / base["total_seconds"]
+    return (min(x["flower"]), max(x["flower"]), min(x["pfl"]), max(x["pfl"]), short, min(floors), max(floors))
+
+
 def _demo():
     """README's demo table (the demo writes no summary: its printed table is the record): avg acc, then the
     collective under negentropy, entropy (Algorithm 3 as printed), mean and vote."""
@@ -550,6 +572,9 @@ FINDINGS = [
     Finding(R, "benchmark/gpu_h100", "batched conv nodes (`patches`) {:.1f}x `vmap`'s grouped convolutions at 10 CNN "
             "nodes (`cnn_n10/`)", _gpu_h100),
     Finding(R, "benchmark/gpu_h200", "`patches` {:.2f}x `vmap`; 64 student MLPs {:.0f}x the per-node loop", _gpu_h200),
+    Finding(R, "benchmark/peers", "FedAvg end to end: Flower {:.1f}-{:.1f}x and pfl-research {:.2f}-{:.2f}x "
+            "jaxcomm's seconds on the rows of 50 rounds or more, pfl-research {:.2f}x on 4 rounds; jaxcomm's warm "
+            "rounds at {:.1f}-{:.1f} % of the step floor", _peers),
     Finding(R, "benchmark/pace", "10 CNNs {:.2f}x (eager loop), {:.2f}x unrolled; 64 MLPs {:.2f}x at the default "
             "resolution, {:.2f}x at a full step, {:.2f}x at 1.5 steps; profiles 10x apart {:.2f}x, {:.2f}x gathered",
             _pace),
