@@ -27,3 +27,13 @@ each framework, the matmul probe) and ``table.md`` to ``runs/peers/<preset>-<tim
 from .presets import FRAMEWORKS, MAIN_ARMS, PRESETS, Arm, Config, arms
 
 __all__ = ["FRAMEWORKS", "MAIN_ARMS", "PRESETS", "Arm", "Config", "arms"]
+
+
+def __getattr__(name: str):
+    """``write_report`` (the results redraw reads it here), imported on first use: the peers' children import this
+    package in a venv without JAX, and the report imports jaxcomm."""
+    if name == "write_report":
+        from .report import write_report  # noqa: PLC0415
+
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
