@@ -68,6 +68,10 @@ def arms(cifar_rounds: int = 20) -> dict[str, Arm]:
         Arm("e_cifar10_50_of_1000", "cifar10", "cnn", 1000, cifar_rounds, cohort=50, batch_size=10, learning_rate=0.1,
             about=f"(e) pfl-research's CIFAR-10 benchmark shape: simple CNN, 50 of 1,000 users, {cifar_rounds} "
                   "rounds"),
+        # issue 74's scale row: M = 10,000 clients (5 MNIST digits each), a cohort of 100; Flower's 10,000 supernodes
+        # are not tried on 2 cores
+        Arm("f_100_of_10000", "mnist", "mlp", 10000, 50, cohort=100,
+            about="(f) a cohort of 100 of 10,000 clients, 50 rounds"),
         Arm("smoke", "mnist", "mlp", 2, 2, about="smoke: 2 clients, 2 rounds"),
         Arm("smoke_cohort", "mnist", "mlp", 4, 2, cohort=2, about="smoke: a cohort of 2 of 4 clients, 2 rounds"),
     ]
