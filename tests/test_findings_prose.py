@@ -590,13 +590,12 @@ FINDINGS = [
             "sharing's collective is ahead of isolated nodes in all {} conditions after Holm's adjustment over the "
             "table's {} comparisons at {} seeds ({:+.2f} to {:+.2f} points); it beats synchronous DiLoCo, quorum "
             "DiLoCo and synchronous SGD in all {} WAN conditions, trails quorum DiLoCo on the LAN in all {} (and "
-            "synchronous DiLoCo there without stragglers), and beats SGP, which waits for its push, in all {} "
-            "conditions where SGP trains; SGP and overlap SGP diverge under churn on the LAN in every seed",
+            "synchronous DiLoCo there without stragglers), and beats SGP in all {} conditions where SGP trains; SGP "
+            "and overlap SGP diverge under churn on the LAN in every seed",
             lambda: _own_pace(True)),
-    Finding(M, "benchmark/peers", "FedAvg end to end (each framework in its own process, alternated, 3 repetitions, "
-            "at equal accuracy): Flower takes {:.1f}-{:.1f}x and pfl-research {:.2f}-{:.2f}x jaxcomm's seconds on the "
-            "rows of 50 rounds or more, and pfl-research is faster on a 4-round run ({:.2f}x), where jaxcomm's import, "
-            "build and compilation dominate", lambda: _peers()[:5]),
+    Finding(M, "benchmark/peers", "FedAvg end to end, at equal accuracy: Flower takes {:.1f}-{:.1f}x and pfl-research "
+            "{:.2f}-{:.2f}x jaxcomm's seconds on rows of 50 rounds or more; pfl-research is faster on 4 rounds "
+            "({:.2f}x), where jaxcomm's start-up dominates", lambda: _peers()[:5]),
     Finding(M, "reliability", "{} % node failures lower the node average about {:.0f} points (raw paired intervals "
             "exclude 0; not after Holm's adjustment over the table's {} tests, so no direction is read)",
             lambda: _reliability(True)),
