@@ -395,7 +395,6 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
             a.client_steps)
     taus = None if a.client_steps is None else jnp.asarray(a.client_steps, jnp.int32)  # [M]
     on = _RoundsOn(a.available, m, h, config.num_steps)
-    on_in, present = on.clients, on.slots
 
     def init(nodes: population.NodeState, key: jax.Array) -> FederatedState:  # every slot starts from one model
         start = population.node(nodes, 0)
@@ -408,7 +407,7 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
     def shards(state: kit.NodesState, ctx: kit.Context) -> jax.Array:
         # the cohort of this round; the first is drawn at the run's first tick, where the clients' sizes are read
         return jax.lax.cond(ctx.step == 0, lambda: draw_cohort(streams.named(ctx.key, COHORT_STREAM), ctx.sizes, k,
-                                                               sampling, on_in(jnp.int32(0))),
+                                                               sampling, on.clients(jnp.int32(0))),
                             lambda: state.extra.cohort)
 
     def gradients(grads, state: kit.NodesState, ctx: kit.Context):
@@ -424,7 +423,7 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
             """The round's close: the server step from the cohort's mean, the cohort's own states scattered back, the
             next cohort drawn and its states gathered; every slot restarts from the new global model."""
             glob = population.node(extra.model, 0)
-            weights = aggregation_weights(ctx.sizes[ctx.ids], weighting, present(ctx))
+            weights = aggregation_weights(ctx.sizes[ctx.ids], weighting, on.slots(ctx))
             slots, control = (extra.slots, extra.control) if a.close is None else a.close(
                 glob.params, nodes.params, extra, ctx, k / m)
             tau = None if not a.normalized else (  # FedNova's steps per client
@@ -436,7 +435,7 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
                                    glob)
             clients = scatter(extra.clients, ctx.ids, slots)
             cohort = draw_cohort(streams.named(ctx.key, COHORT_STREAM), ctx.sizes, k, sampling,
-                                 on_in(on.next_round(ctx)))
+                                 on.clients(on.next_round(ctx)))
             params = broadcast(glob.params, k)
             fresh = jax.vmap(pop.node_step.step_for(ctx.settings.learning_rate).optimizer.init)(params)
             restart = population.NodeState(params, broadcast(glob.model_state, k), fresh)
