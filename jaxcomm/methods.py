@@ -46,6 +46,24 @@ BASE_PER_RUN = ("seed", "partition", "dirichlet_alpha")
 KIT_PER_RUN = (*BASE_PER_RUN, "learning_rate")
 """Those of a method whose nodes are the kit's (:func:`jaxcomm.kit.nodes`): the learning rate is data of its step."""
 BUILD_KEYWORDS = ("cluster", "own_pace")
+
+
+class BuiltsWatch:
+    """The type of :data:`BUILTS_WATCH`."""
+
+    def __repr__(self) -> str:
+        return "BUILTS_WATCH"
+
+
+# ``divergence=BUILTS_WATCH`` (the default of :func:`train` and :func:`sweep`): the built run's own divergence watch
+# where it declares one (``built.divergence``: output sharing's node program, None for a game such as a GAN's, whose
+# loss scores no progress), else :data:`jaxcomm.driver.DIVERGENCE`.
+BUILTS_WATCH = BuiltsWatch()
+
+
+def divergence_of(built: Built, divergence: float | None | BuiltsWatch) -> float | None:
+    """The divergence watch a run of ``built`` uses: ``divergence``, or by default the built run's own."""
+    return getattr(built, "divergence", driver.DIVERGENCE) if isinstance(divergence, BuiltsWatch) else divergence
 """What of a run a method's ``build`` may ask for (:attr:`Method.build_keywords`)."""
 
 
@@ -63,6 +81,7 @@ class Built(Protocol):
       layout: how the "eager" and "dispatch" step loops hold the state (None: as it is).
       models_of: ``models_of(state)``: the K models evaluated (every node's, or one shared model).
       booking: ``booking(state, steps_done, data_model) -> jaxcomm.ledger.Booking``: what was sent so far.
+      divergence: optional, the run's own divergence watch (:data:`BUILTS_WATCH`; absent: the driver's).
       traffic: optional, what the clock reads (:mod:`jaxcomm.clock`): the schedule as
         :class:`jaxcomm.ledger.Round` values (or a function of the state returning them); a method with one
         books its bytes from it (:func:`jaxcomm.ledger.book`). A ``build`` that takes a ``cluster`` keyword is
@@ -97,8 +116,8 @@ class Method(NamedTuple):
         learning rate only where it declares ``per_run`` naming it).
       system: ``system(built, dataset, eval_split) -> driver.System`` where the method evaluates its own way
         (the network: reachable nodes, inbox counters); None: :func:`system_of`.
-      initial: ``initial(built, config) -> state`` of a run in a sweep, where it is not ``built.init(key)``
-        (the network's per-run graph); None: ``built.init(PRNGKey(config.seed))``.
+      initial: ``initial(built, config, run) -> state`` of run ``run`` (its index) in a sweep, where it is not
+        ``built.init(key)`` (the network's per-run graph); None: ``built.init(PRNGKey(config.seed))``.
       configure: ``configure(config) -> config``: what the method sets in the config it is given (gossip's ring
         and period); None: nothing.
       check: ``check(configs)``: raises ValueError naming a field the runs of a sweep may not vary; None:
@@ -253,7 +272,7 @@ def build(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
 @driver.interruptible
 def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
-          checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
+          checkpointer: Checkpointer | None = None, divergence: float | None | BuiltsWatch = BUILTS_WATCH,
           donate: bool | None = None, cluster: clock.Cluster | None = None,
           hyper: Mapping[str, float] | None = None, own_pace: pace.OwnPace | bool = False,
           until_seconds: float | None = None) -> dict:
@@ -296,7 +315,8 @@ def train(method: Method, config: kit.RunConfig, model: nn.Module, dataset: Imag
     result = driver.train(_system(method, built, dataset, eval_split, cluster, timeline), shards,
                           num_steps=config.num_steps, eval_every=config.eval_every,
                           key=jax.random.PRNGKey(config.seed), progress=progress, desc=desc or method.name,
-                          checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
+                          checkpointer=checkpointer, divergence=divergence_of(built, divergence),
+                          donate=driver.donation(donate))
     return _finish(result, built, method, timeline)
 
 
@@ -378,7 +398,7 @@ def check_runs(method: Method, configs: Sequence[kit.RunConfig]) -> None:
 @driver.interruptible
 def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, dataset: ImageDataset, *,
           eval_split: str | Sequence[str] = "test", progress: bool = True, desc: str | None = None,
-          checkpointer: Checkpointer | None = None, divergence: float | None = driver.DIVERGENCE,
+          checkpointer: Checkpointer | None = None, divergence: float | None | BuiltsWatch = BUILTS_WATCH,
           mode: str = "auto", donate: bool | None = None, cluster: clock.Cluster | None = None,
           hyper: Mapping[str, float] | Sequence[Mapping[str, float]] | None = None,
           own_pace: pace.OwnPace | bool = False, until_seconds: float | None = None) -> list[dict]:
@@ -432,8 +452,8 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     base = shard_data(method, dataset, configs[0], values[0])
     datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c, h))._replace(
         pace=None if tl is None else tl.rows()) for c, h, tl in zip(configs, values, timelines, strict=True)]
-    initial = method.initial or (lambda b, c: b.init(jax.random.PRNGKey(c.seed)))
-    states = [initial(b, c) for b, c in zip(builts, configs, strict=True)]
+    initial = method.initial or (lambda b, c, r: b.init(jax.random.PRNGKey(c.seed)))
+    states = [initial(b, c, r) for r, (b, c) in enumerate(zip(builts, configs, strict=True))]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
                               getattr(first, "family", None))
     results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl)
@@ -441,7 +461,8 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
                                 [c.seed for c in configs], mode=mode,
                                 num_steps=configs[0].num_steps, eval_every=configs[0].eval_every,
                                 nodes_per_run=configs[0].num_nodes, progress=progress, desc=desc or method.name,
-                                checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
+                                checkpointer=checkpointer, divergence=divergence_of(first, divergence),
+                                donate=driver.donation(donate))
     return [_finish(result, b, method, tl) for result, b, tl in zip(results, builts, timelines, strict=True)]
 
 

@@ -51,7 +51,6 @@ import optax
 
 from jaxcomm import (
     bandwidth,
-    checkpoint,
     classifier,
     clock,
     driver,
@@ -967,25 +966,41 @@ def initial_state(net: Network, config: NetworkConfig, graph: Graph) -> NetworkS
 
 
 
-def output_sharing(exchange: exchanges.Exchange | None = None, *, graph=None, name: str | None = None
-                   ) -> methods.Method:
+def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
+    if isinstance(graph, (list, tuple)):
+        if len(graph) != num_runs:
+            raise ValueError(f"graph: a sequence needs one entry per run ({num_runs}), got {len(graph)}")
+        return list(graph)
+    return [graph] * num_runs
+
+
+def output_sharing(exchange: exchanges.Exchange | None = None, *, graph: Graph | Sequence[Graph] = None,
+                   name: str | None = None, evaluator: Evaluator | None = None) -> methods.Method:
     """Algorithm 2 as a method (:class:`jaxcomm.methods.Method`): nodes broadcast minibatches with what
     ``exchange`` says about them (None: the config's named content; :func:`jaxcomm.exchange.none`: isolated
-    nodes) over ``graph`` (None: the config's topology). Its sweep is :func:`jaxcomm.sweep.train_networks`'
-    (per-run p_c, p_b, q, D, tau, weights, learning rate and static graphs: :data:`PER_RUN`, :data:`GRAPH_FIELDS`).
-    A :class:`jaxcomm.kit.RunConfig` is taken with output sharing's defaults (:func:`as_network_config`)."""
+    nodes) over ``graph`` (None: the config's topology; a list or tuple: one per run of a sweep, static graphs that
+    share their structure). Its sweep varies p_c, p_b, q, D, tau, weights, learning rate and, between static graphs,
+    the graph fields (:data:`PER_RUN`, :data:`GRAPH_FIELDS`). ``evaluator(network, state, steps_done) -> dict``
+    replaces the accuracies on the run's ``eval_split`` (:func:`split_evaluator`). A :class:`jaxcomm.kit.RunConfig`
+    is taken with output sharing's defaults (:func:`as_network_config`)."""
+    first = graph[0] if isinstance(graph, (list, tuple)) and graph else graph
 
     def build(config, model, *, image_shape, num_classes, cluster=None, own_pace=False):
-        return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=graph,
+        return make_network(config, model, image_shape=image_shape, num_classes=num_classes, graph=first,
                             exchange=exchange, cluster=cluster, own_pace=own_pace)
+
+    def check(configs):
+        check_structure(configs, _per_run_graphs(graph, len(configs)))
+
+    def initial(net, config, run):
+        return initial_state(net, config, graph[run] if isinstance(graph, (list, tuple)) else graph)
 
     label = name or ("outputs" if exchange is None else exchange.name)
     return methods.Method(
         label, build, family="outputs", per_run=PER_RUN + GRAPH_FIELDS,
-        system=lambda net, dataset, eval_split: system(net, split_evaluator(dataset, eval_split)),
-        initial=lambda net, config: initial_state(net, config, graph),
-        check=lambda configs: check_structure(configs, [graph] * len(configs)), configure=as_network_config,
-        settings=settings, build_keywords=("cluster", "own_pace"))
+        system=lambda net, dataset, eval_split: system(net, evaluator or split_evaluator(dataset, eval_split)),
+        initial=initial, check=check, configure=as_network_config, settings=settings,
+        build_keywords=("cluster", "own_pace"))
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:
@@ -1008,23 +1023,6 @@ def system(network: Network, evaluator: Evaluator) -> driver.System:
                          step_loop=network.step_loop, postfix=classifier.progress_postfix, layout=network.layout)
 
 
-class ProgramDefault:
-    """The type of :data:`PROGRAM_DEFAULT`."""
-
-    def __repr__(self) -> str:
-        return "PROGRAM_DEFAULT"
-
-
-# ``divergence=PROGRAM_DEFAULT``: the node program's own watch (:attr:`NodeProgram.divergence`).
-PROGRAM_DEFAULT = ProgramDefault()
-
-
-def divergence_of(network: Network, divergence: float | None | ProgramDefault) -> float | None:
-    """The divergence watch a run of ``network`` uses: ``divergence``, or the program's by default."""
-    return network.divergence if isinstance(divergence, ProgramDefault) else divergence
-
-
-@driver.interruptible
 def train_network(
     config: NetworkConfig,
     model: nn.Module | NodeProgram,
@@ -1037,11 +1035,12 @@ def train_network(
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     evaluator: Evaluator | None = None,
-    divergence: float | None | ProgramDefault = PROGRAM_DEFAULT,
+    divergence: float | None | methods.BuiltsWatch = methods.BUILTS_WATCH,
     donate: bool | None = None,
     cluster: Any = None,
 ) -> dict:
-    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps (:func:`jaxcomm.driver.train`).
+    """Trains a network on ``dataset`` and evaluates it every ``eval_every`` steps: :func:`jaxcomm.methods.train` of
+    :func:`output_sharing`, with the network's own arguments.
 
     Args:
       config: the network and its schedule.
@@ -1064,7 +1063,7 @@ def train_network(
       donate: give each chunk's state buffers to the next (one copy of the network on the
         device, see :func:`jaxcomm.driver.train`); None: in a single-process run (:func:`jaxcomm.driver.donation`).
       cluster: a :class:`jaxcomm.clock.Cluster`: messages spend their transfer time in flight
-        (:func:`make_network`); None: they arrive at once.
+        (:func:`make_network`) and every record has the run's virtual ``clock``; None: they arrive at once.
 
     Raises:
       jaxcomm.driver.NonFiniteLoss, jaxcomm.driver.Diverged: a node's loss left its
@@ -1072,24 +1071,23 @@ def train_network(
       jaxcomm.driver.Interrupted: a checkpointed run was interrupted (after saving).
 
     Returns:
-      :func:`jaxcomm.driver.train`'s dict: ``history`` (one record per evaluation:
+      :func:`jaxcomm.methods.train`'s dict: ``history`` (one record per evaluation:
       step, loss, consumed and alive fractions, the evaluator's metrics, inbox
-      counters), ``final`` (the last record; None if interrupted before the first
+      counters, bytes), ``final`` (the last record; None if interrupted before the first
       evaluation), ``status``, ``interrupted``, ``state``, ``steps_done``,
-      ``train_seconds``; plus ``network`` (the :class:`Network`) and
+      ``train_seconds``, ``built``, ``bytes``; plus ``network`` (the :class:`Network`, ``built``) and
       ``unreachable_evaluations`` (evaluations at which every node was down:
       no collective decision, its accuracies None).
     """
-    config = checkpoint.pinned(checkpointer, config)  # resumed: the lift it trained with
-    network = make_network(config, model, image_shape=dataset.train.images.shape[1:],
-                           num_classes=dataset.num_classes, graph=graph, exchange=exchange, cluster=cluster)
-    checkpoint.record_lift(checkpointer, network)
-    evaluator = evaluator or split_evaluator(dataset, eval_split)
-    result = driver.train(system(network, evaluator), network_data(dataset, config), num_steps=config.num_steps,
-                          eval_every=config.eval_every, key=jax.random.PRNGKey(config.seed), progress=progress,
-                          desc=desc, checkpointer=checkpointer, divergence=divergence_of(network, divergence),
-                          donate=driver.donation(donate))
-    return result | {"network": network, "unreachable_evaluations": unreachable_evaluations(result["history"])}
+    method = output_sharing(exchange, graph=graph, evaluator=evaluator)
+    return with_network(methods.train(method, config, model, dataset, eval_split=eval_split, progress=progress,
+                                      desc=desc, checkpointer=checkpointer, divergence=divergence, donate=donate,
+                                      cluster=cluster))
+
+
+def with_network(result: dict) -> dict:
+    """A :func:`jaxcomm.methods.train` result of output sharing as :func:`train_network` returns it."""
+    return result | {"network": result["built"], "unreachable_evaluations": unreachable_evaluations(result["history"])}
 
 
 def unreachable_evaluations(history: list[dict]) -> int:

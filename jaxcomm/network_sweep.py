@@ -1,38 +1,27 @@
-"""The chapter-2 network's sweep: :func:`train_networks` on the core of :mod:`jaxcomm.sweep`.
+"""The chapter-2 network's sweep: :func:`train_networks`, :func:`jaxcomm.methods.sweep` of
+:func:`jaxcomm.network.output_sharing` with the network's own arguments.
 
 Runs may differ in :data:`jaxcomm.network.PER_RUN` fields (data of the one compiled step) and, while every run's
 graph is static, in :data:`jaxcomm.network.GRAPH_FIELDS`; :func:`jaxcomm.network.check_structure` refuses any other
-difference, naming the field. :func:`jaxcomm.methods.sweep` of :func:`jaxcomm.network.output_sharing` is the same
-sweep through the door every method uses; this function keeps the network's own arguments (a
-:class:`jaxcomm.network.NodeProgram`, an evaluator, a graph per run).
+difference, naming the field.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
 
-from jaxcomm import checkpoint, classifier, driver, network
 from jaxcomm import exchange as exchanges
+from jaxcomm import methods, network
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 from jaxcomm.network import GRAPH_FIELDS, PER_RUN, Graph, NetworkConfig, NodeProgram, check_structure, initial_state
-from jaxcomm.sweep import choose_mode, train_runs
 
 __all__ = ["GRAPH_FIELDS", "PER_RUN", "Graph", "check_structure", "initial_state", "train_networks"]
 
-def _per_run_graphs(graph, num_runs: int) -> list[Graph]:
-    if isinstance(graph, (list, tuple)):
-        if len(graph) != num_runs:
-            raise ValueError(f"graph: a sequence needs one entry per run ({num_runs}), got {len(graph)}")
-        return list(graph)
-    return [graph] * num_runs
 
-
-@driver.interruptible
 def train_networks(
     configs: Sequence[NetworkConfig],
     model: nn.Module | NodeProgram,
@@ -45,7 +34,7 @@ def train_networks(
     desc: str | None = None,
     checkpointer: Checkpointer | None = None,
     evaluator: Callable | None = None,
-    divergence: float | None | network.ProgramDefault = network.PROGRAM_DEFAULT,
+    divergence: float | None | methods.BuiltsWatch = methods.BUILTS_WATCH,
     mode: str = "auto",
     donate: bool | None = None,
     cluster: Any = None,
@@ -87,23 +76,7 @@ def train_networks(
         (the note names the run and node).
       jaxcomm.driver.Interrupted: a checkpointed sweep was interrupted (after saving).
     """
-    configs = [checkpoint.pinned(checkpointer, c) for c in configs]  # resumed: the lift it trained with
-    graphs = _per_run_graphs(graph, len(configs))
-    check_structure(configs, graphs)
-    first = configs[0]
-    net = network.make_network(first, model, image_shape=dataset.train.images.shape[1:],
-                               num_classes=dataset.num_classes, graph=graphs[0], exchange=exchange, cluster=cluster)
-    checkpoint.record_lift(checkpointer, net)
-    nets = [dataclasses.replace(net, config=c) for c in configs]
-    divergence = network.divergence_of(net, divergence)
-    evaluator = evaluator or network.split_evaluator(dataset, eval_split)
-    base = network.network_data(dataset, first)
-    datas = [classifier.run_data(base, dataset.train.labels, c, network.settings(c)) for c in configs]
-    states = [initial_state(net, c, g) for c, g in zip(configs, graphs, strict=True)]
-    mode = choose_mode(net.backend, mode, net.step_loop, net.family)
-    systems = [network.system(n, evaluator) for n in nets]
-    results = train_runs(systems, states, datas, [c.seed for c in configs], mode=mode, num_steps=first.num_steps,
-                         eval_every=first.eval_every, nodes_per_run=first.num_nodes, progress=progress, desc=desc,
-                         checkpointer=checkpointer, divergence=divergence, donate=driver.donation(donate))
-    return [result | {"network": n, "unreachable_evaluations": network.unreachable_evaluations(result["history"])}
-            for result, n in zip(results, nets, strict=True)]
+    method = network.output_sharing(exchange, graph=graph, evaluator=evaluator)
+    return [network.with_network(result) for result in methods.sweep(
+        method, configs, model, dataset, eval_split=eval_split, progress=progress, desc=desc,
+        checkpointer=checkpointer, divergence=divergence, mode=mode, donate=donate, cluster=cluster)]

@@ -13,6 +13,7 @@ from jaxcomm import (
     codistillation,
     compression,
     data_parallel,
+    driver,
     exchange,
     gossip,
     ledger,
@@ -282,3 +283,23 @@ def test_gossip_on_the_kit_equals_an_isolated_network_that_gossips(tiny_dataset)
     jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7),
                            kit_gossip["state"].nodes, net["state"].nodes)
     assert kit_gossip["bytes"]["total"] == net["bytes"]["total"] == 3 * 4 * 4 * P
+
+
+def test_the_door_stops_on_each_runs_own_divergence_watch(tiny_dataset, monkeypatch):
+    """Output sharing of features is not watched (eq. 2.2.3 sums squared feature differences, no progress score):
+    methods.train and train_network give the driver None; a kit method the driver's 100; a number given is used."""
+    watches, train = [], driver.train
+
+    def recorded(*args, **kwargs):
+        watches.append(kwargs["divergence"])
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "train", recorded)
+    cfg = config(num_steps=2, eval_every=2)
+    methods.train(network.output_sharing(exchange.features()), cfg, MODEL, tiny_dataset, progress=False)
+    network.train_network(cfg, MODEL, tiny_dataset, exchange=exchange.features(), progress=False)
+    methods.train(network.output_sharing(exchange.soft_labels()), cfg, MODEL, tiny_dataset, progress=False)
+    methods.train(data_parallel.sync_sgd(), cfg, MODEL, tiny_dataset, progress=False)
+    methods.train(data_parallel.sync_sgd(), cfg, MODEL, tiny_dataset, progress=False, divergence=7.0)
+    assert watches == [None, None, driver.DIVERGENCE, driver.DIVERGENCE, 7.0]
+    assert repr(methods.BUILTS_WATCH) == "BUILTS_WATCH"

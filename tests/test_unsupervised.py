@@ -14,7 +14,7 @@ import pytest
 
 from experiments import unsupervised_exchange as ue
 from experiments.unsupervised_exchange import report as ue_report
-from jaxcomm import network_sweep, probe, unsupervised
+from jaxcomm import driver, probe, unsupervised
 from jaxcomm.models.bigan import BiGAN, PairDiscriminator
 from jaxcomm.models.vae import VAE, ConvDecoder, depth_to_space
 
@@ -365,7 +365,7 @@ SMOKE_ROWS = ("vae_1_node", "vae_10_nodes_full_comm", "bigan_10_nodes_full_comm"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("unsupervised_exchange")
-    watches, train = {}, network_sweep.driver.train
+    watches, train = {}, driver.train
 
     def recorded(*args, **kwargs):  # each row's divergence watch, as the driver gets it
         watches[kwargs["desc"].split(" run ")[0]] = kwargs["divergence"]
@@ -373,7 +373,7 @@ def smoke(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXCOMM_NO_REPORT", "1")  # drawn once, below
-        patch.setattr(network_sweep.driver, "train", recorded)
+        patch.setattr(driver, "train", recorded)
         assert ue.main(["--preset", "smoke", "--out", str(out), "rows=" + ",".join(SMOKE_ROWS)]) == 0
     ue.write_report(out)
     return out, json.loads((out / "summary.json").read_text()), watches
