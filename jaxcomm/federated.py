@@ -22,7 +22,8 @@ Clients that come and go: with ``available`` (``[R, M] bool``, which clients are
 :func:`available_clients`) the cohort is drawn among the clients on in its round. A round with fewer than K on
 fills its other slots with clients that are off: they train (the compiled step keeps its K slots) but weigh 0 in
 the server's mean and keep their own state; a round with none on leaves the global model and the server state as
-they were. The ledger still books K clients per round (an upper bound where fewer were on).
+they were. The ledger books the clients that were on, ``min(K, on)`` uploads in a round (the draw takes every
+client on first: :func:`draw_cohort`); the clock still times K (an upper bound where fewer were on).
 
 How M reaches the data: a :class:`FederatedConfig` extends :class:`jaxcomm.kit.RunConfig` with ``num_clients`` (M);
 its :attr:`~FederatedConfig.num_shards` is M, so :func:`jaxcomm.classifier.shards_of` (and
@@ -39,9 +40,9 @@ the parameters: ``4 x P`` bytes per client (M = 10,000 clients of a 100,000-para
 172-parameter MLP: 6.9 MB).
 
 Traffic: each cohort client uploads its P float32 parameters and downloads the global model once per round (a
-``"server"`` :class:`jaxcomm.ledger.Round`: ``K x 4 P`` bytes booked per round, timed through the server's link by
-:func:`jaxcomm.clock.server_seconds`); SCAFFOLD sends its variates too, twice the bytes. Evaluation reads the global
-model (``score="model"``).
+``"server"`` :class:`jaxcomm.ledger.Round`: ``K x 4 P`` bytes booked per round, ``min(K, on) x 4 P`` with
+``available`` (its ``takers``), timed through the server's link by :func:`jaxcomm.clock.server_seconds`);
+SCAFFOLD sends its variates too, twice the bytes. Evaluation reads the global model (``score="model"``).
 
 Methods (each a :class:`jaxcomm.methods.Method`, built from one :class:`Algorithm`): :func:`fedavg`, :func:`fedavgm`,
 :func:`fedadam`, :func:`fedyogi`, :func:`fedprox` (the proximal term's gradient ``mu (w - x)`` added to the clients'
@@ -365,6 +366,13 @@ class _RoundsOn:
         """``[K]`` the slots' clients, -1 where one is off."""
         return ctx.ids if self.on is None else jnp.where(self.slots(ctx), ctx.ids, -1)
 
+    def takers(self, cohort: int, rounds: int) -> tuple[int, ...]:
+        """Each of ``rounds`` rounds' clients that are on in its cohort, ``min(K, on)`` (empty: all K, always)."""
+        if self.on is None:
+            return ()
+        on = np.asarray(self.on[:rounds]).sum(axis=1)
+        return tuple(int(c) for c in np.minimum(on, cohort))
+
     def unless_empty(self, ctx: kit.Context, new: Any, old: Any) -> Any:
         """``new``, or ``old`` where no slot's client was on (a round of nobody leaves the server as it was)."""
         return new if self.on is None else jax.tree.map(lambda a, b: jnp.where(jnp.any(self.slots(ctx)), a, b), new,
@@ -445,7 +453,8 @@ def make_federated(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
         return state._replace(nodes=nodes, extra=extra)
 
     # each cohort client uploads its parameters (and SCAFFOLD its variates) and downloads the global model per round
-    upload = ledger.Round("server", 4.0 * pop.num_params * a.copies, every=h)
+    upload = ledger.Round("server", 4.0 * pop.num_params * a.copies, every=h,
+                          takers=on.takers(k, -(-config.num_steps // h)))
     return pop.built_with(kit.Communicator(
         init=init, shards=shards, gradients=None if a.gradients is None else gradients, communicate=communicate,
         info=lambda info, ctx: FederatedInfo(*info, ctx.tick.closes, on.marked(ctx)), traffic=(upload,),

@@ -99,6 +99,9 @@ class Round(NamedTuple):
         latency.
       edges: directed edges a "neighbours" round sends along (all nodes together).
       kind: the ledger kind the bytes are booked as (:data:`KINDS`).
+      takers: how many nodes take part in each round, in order (empty: all N; a round past its end takes the last):
+        a federated cohort's clients that are on (:func:`jaxcomm.federated.fedavg` with ``available``). The ledger
+        books these; the clock still times N.
     """
 
     pattern: str
@@ -108,6 +111,19 @@ class Round(NamedTuple):
     parts: int = 1
     edges: int = 0
     kind: str = "parameters"
+    takers: tuple[int, ...] = ()
+
+    def taking_part(self, num_nodes: int, rounds: int) -> list[int]:
+        """The nodes taking part in each of the first ``rounds`` rounds."""
+        if not self.takers:
+            return [num_nodes] * rounds
+        return [self.takers[min(r, len(self.takers) - 1)] for r in range(rounds)]
+
+    def sent_in(self, num_nodes: int, rounds: int) -> float:
+        """Bytes all nodes send in the first ``rounds`` rounds."""
+        if not self.takers:
+            return rounds * self.sent_per_round(num_nodes)
+        return float(sum(self.sent_per_round(k) for k in self.taking_part(num_nodes, rounds)))
 
     def sent_per_round(self, num_nodes: int) -> float:
         """Bytes all nodes send in one round: ``N x 2 (N-1)/N x nbytes`` (ring all-reduce), ``N (N-1) x nbytes``
@@ -131,7 +147,7 @@ def book(traffic: tuple[Round, ...], num_nodes: int, steps_done: int) -> Booking
     """What a schedule of :class:`Round` values has sent after ``steps_done`` steps, by kind."""
     total = Booking()
     for r in traffic:
-        total = total + Booking(**{r.kind: r.rounds_done(steps_done) * r.sent_per_round(num_nodes)})
+        total = total + Booking(**{r.kind: r.sent_in(num_nodes, r.rounds_done(steps_done))})
     return total
 
 
@@ -147,9 +163,11 @@ def book_at_own_pace(traffic: tuple[Round, ...], node_steps, members, *, waited_
       waited_every: the period of the rounds the nodes wait for (0: they wait for none).
     """
     n, total = len(node_steps), Booking()
-    sizes, rounds = np.unique(np.asarray(members, bool).sum(axis=1), return_counts=True)  # rounds of k members
+    size_of = np.asarray(members, bool).sum(axis=1)  # [R] each closed round's members
     for r in traffic:
         if waited_every and r.every == waited_every:
+            taking = np.minimum(size_of, r.taking_part(n, len(size_of))) if r.takers else size_of
+            sizes, rounds = np.unique(taking, return_counts=True)  # rounds of k members
             sent = sum(int(count) * (r.sent_per_round(int(k)) if r.pattern != "neighbours"
                                      else r.sent_per_round(n) * int(k) / n)
                        for k, count in zip(sizes, rounds, strict=True))

@@ -7,10 +7,11 @@ was; off slots are marked -1; errors name the field before anything compiles.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import optax
 import pytest
-from test_federated import config, glob, leaves, run
+from test_federated import MODEL, config, glob, leaves, run
 
 from jaxcomm import clock, federated, methods, pace
 from jaxcomm.models import MLP
@@ -84,3 +85,23 @@ def test_errors_name_the_field_before_anything_compiles(tiny_dataset):
         federated.available_clients(None, 4, 3, 0.0)
     with pytest.raises(ValueError, match="starts"):
         pace.on_through(None, 4, [1.0, 0.5])
+
+
+def test_the_ledger_books_the_uploads_of_the_clients_that_were_on(tiny_dataset):
+    """Rounds of 1, 2 and 0 clients on among K = 2 slots: 3 uploads of 4 P bytes, where every client on books 6; in
+    lockstep and at its own pace (equal speeds: every round closes with its K members); a round past the table's end
+    takes its last row."""
+    table = np.array([[0, 0, 0, 1], [1, 1, 1, 0], [0, 0, 0, 0]], bool)
+    cfg = config(num_steps=6, eval_every=6)
+    on = methods.build(federated.fedavg(2, cohort=2, available=table), cfg, MODEL, tiny_dataset)
+    every = methods.build(federated.fedavg(2, cohort=2), cfg, MODEL, tiny_dataset)
+    upload = on.traffic[0].nbytes  # one client's upload: 4 P bytes
+    assert on.traffic[0].takers == (1, 2, 0) and every.traffic[0].takers == ()
+    state = on.init(jax.random.PRNGKey(0))  # in lockstep the booking reads the steps done only
+    for steps, uploads in ((2, 1), (4, 3), (6, 3)):
+        assert on.booking(state, steps).parameters == uploads * upload
+        assert every.booking(state, steps).parameters == 2 * (steps // 2) * upload
+    assert on.traffic[0].taking_part(2, 5) == [1, 2, 0, 0, 0]
+    paced = methods.train(federated.fedavg(2, cohort=2, available=table), cfg, MODEL, tiny_dataset, progress=False,
+                          cluster=clock.Cluster(clock.Compute(1.0), clock.INSTANT), own_pace=True)
+    assert paced["bytes"]["total"] == 3 * upload  # its only kind
