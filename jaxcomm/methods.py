@@ -101,6 +101,28 @@ class Built(Protocol):
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking: ...
 
 
+class OwnPopulation(NamedTuple):
+    """How :func:`train` and :func:`sweep` train a method whose ``build`` returns a population of its own, not the
+    kit's (output sharing's network, :func:`jaxcomm.network.output_sharing`): every field replaces what the door does
+    for the kit's.
+
+    Attributes:
+      system: ``system(built, dataset, eval_split) -> driver.System``: how it evaluates (the network: reachable
+        nodes, inbox counters); the kit's: :func:`system_of`.
+      initial: ``initial(built, config, run) -> state`` of run ``run`` (its index) in a sweep (the network's
+        per-run graph); the kit's: ``built.init(PRNGKey(config.seed))``.
+      check: ``check(configs)``: raises ValueError naming a field the runs of a sweep may not vary; the kit's:
+        :func:`check_runs` (only ``per_run`` fields).
+      settings: ``settings(config)``: the numbers of a run its step reads as data (``data.settings``, ``[R]``
+        arrays in a sweep); the kit's: :func:`jaxcomm.kit.settings` with the run's ``hyper``.
+    """
+
+    system: Callable
+    initial: Callable
+    check: Callable
+    settings: Callable
+
+
 class Method(NamedTuple):
     """A way of communicating, as a value.
 
@@ -114,26 +136,20 @@ class Method(NamedTuple):
         difference is refused, naming the field. Default :data:`KIT_PER_RUN`: the seed, the shards and the learning
         rate, data of the step of every method built on the kit's nodes (a ``Built`` of its own may vary the
         learning rate only where it declares ``per_run`` naming it).
-      system: ``system(built, dataset, eval_split) -> driver.System`` where the method evaluates its own way
-        (the network: reachable nodes, inbox counters); None: :func:`system_of`.
-      initial: ``initial(built, config, run) -> state`` of run ``run`` (its index) in a sweep, where it is not
-        ``built.init(key)`` (the network's per-run graph); None: ``built.init(PRNGKey(config.seed))``.
       configure: ``configure(config) -> config``: what the method sets in the config it is given (gossip's ring
         and period); None: nothing.
-      check: ``check(configs)``: raises ValueError naming a field the runs of a sweep may not vary; None:
-        :func:`check_runs` (only ``per_run`` fields).
       sweep_mode: what :func:`sweep` runs under ``mode="auto"``: "auto" follows the device and the nodes
         (:func:`jaxcomm.sweep.choose_mode`: run by run on a CPU); "sequential" or "population" where measured
         faster for this method (synchronous SGD, one shared model per run, as one population:
         ``results/benchmark/sweep_arms/``).
-      settings: ``settings(config)``: the numbers of a run its step reads as data (``data.settings``, ``[R]``
-        arrays in a sweep); None: :func:`jaxcomm.kit.settings` with the run's ``hyper``.
       hyper: the method's own hyperparameters that are data of its step, with their values (``{"fraction": 0.01}``):
         the step reads ``data.settings.hyper[name]``, so :func:`train` and :func:`sweep` may set them per run
         (``hyper=``) under one compiled step.
       build_keywords: what of the run ``build`` is also given, by keyword, of :data:`BUILD_KEYWORDS`: "cluster"
         (the run's :class:`jaxcomm.clock.Cluster` or None: output sharing's messages in flight) and "own_pace"
         (whether it trains at its own pace: gossip keeps its last received copies).
+      own: how the door trains a method whose ``build`` returns a population of its own (:class:`OwnPopulation`:
+        output sharing's network); None: the kit's.
     """
 
     name: str
@@ -141,14 +157,11 @@ class Method(NamedTuple):
     family: str = "other"
     score: str = "collective"
     per_run: tuple[str, ...] = KIT_PER_RUN
-    system: Callable | None = None
-    initial: Callable | None = None
     configure: Callable | None = None
-    check: Callable | None = None
     sweep_mode: str = "auto"
-    settings: Callable | None = None
     hyper: Mapping[str, float] | None = None
     build_keywords: tuple[str, ...] = ()
+    own: OwnPopulation | None = None
 
     def config_for(self, config: kit.RunConfig) -> kit.RunConfig:
         """The config a run of this method trains by."""
@@ -177,7 +190,7 @@ def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[st
 
 def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,
             cluster: clock.Cluster | None = None, timeline: pace.Timeline | None = None) -> driver.System:
-    system = (method.system or (lambda b, d, e: system_of(b, d, e)))(built, dataset, eval_split)
+    system = (method.own.system if method.own else system_of)(built, dataset, eval_split)
     if cluster is None:
         return system
     evaluate = system.evaluate
@@ -356,7 +369,7 @@ def hyper_of(method: Method, hyper: Mapping[str, float] | None = None) -> dict[s
 
 
 def _settings(method: Method, config: kit.RunConfig, hyper: Mapping[str, float]):
-    return method.settings(config) if method.settings is not None else kit.settings(config, hyper)
+    return method.own.settings(config) if method.own else kit.settings(config, hyper)
 
 
 def _with_hyper(built: Built, hyper: Mapping[str, float]) -> Built:
@@ -423,7 +436,7 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
       R dicts as :func:`train` returns, in the order of ``configs``, each with ``sweep`` = ``{"runs", "mode"}``.
     """
     configs = [method.config_for(checkpoint.pinned(checkpointer, c)) for c in configs]
-    method.check(configs) if method.check is not None else check_runs(method, configs)
+    method.own.check(configs) if method.own else check_runs(method, configs)
     if hyper is not None and not isinstance(hyper, Mapping) and len(hyper) != len(configs):
         raise ValueError(f"hyper: one mapping for every run, or one per run ({len(configs)}), got {len(hyper)}")
     values = [hyper_of(method, hyper if hyper is None or isinstance(hyper, Mapping) else hyper[r])
@@ -452,7 +465,7 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
     base = shard_data(method, dataset, configs[0], values[0])
     datas = [classifier.run_data(base, dataset.train.labels, c, _settings(method, c, h))._replace(
         pace=None if tl is None else tl.rows()) for c, h, tl in zip(configs, values, timelines, strict=True)]
-    initial = method.initial or (lambda b, c, r: b.init(jax.random.PRNGKey(c.seed)))
+    initial = method.own.initial if method.own else (lambda b, c, r: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c, r) for r, (b, c) in enumerate(zip(builts, configs, strict=True))]
     mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
                               getattr(first, "family", None))

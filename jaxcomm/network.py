@@ -998,9 +998,10 @@ def output_sharing(exchange: exchanges.Exchange | None = None, *, graph: Graph |
     label = name or ("outputs" if exchange is None else exchange.name)
     return methods.Method(
         label, build, family="outputs", per_run=PER_RUN + GRAPH_FIELDS,
-        system=lambda net, dataset, eval_split: system(net, evaluator or split_evaluator(dataset, eval_split)),
-        initial=initial, check=check, configure=as_network_config, settings=settings,
-        build_keywords=("cluster", "own_pace"))
+        configure=as_network_config, build_keywords=("cluster", "own_pace"),
+        own=methods.OwnPopulation(
+            system=lambda net, dataset, eval_split: system(net, evaluator or split_evaluator(dataset, eval_split)),
+            initial=initial, check=check, settings=settings))
 
 
 def system(network: Network, evaluator: Evaluator) -> driver.System:

@@ -134,7 +134,8 @@ def test_a_node_neither_due_nor_in_a_closing_round_is_bit_identical_after_the_ti
                           own_pace=True)
     paced, timeline = methods.at_own_pace(built, STRAGGLER, True)
     step = jax.jit(paced.step)
-    state = (method.initial or (lambda b, c, r: b.init(jax.random.PRNGKey(c.seed))))(paced, paced.config, 0)
+    key = jax.random.PRNGKey(paced.config.seed)
+    state = method.own.initial(paced, paced.config, 0) if method.own else paced.init(key)
     data = methods.shard_data(method, tiny_dataset, paced.config, timeline=timeline)
     assert np.all(np.diff(timeline.time) >= 0), f"{name}: virtual time ran backwards"  # issue 72 item 2
     held_ticks = 0
