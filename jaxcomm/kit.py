@@ -300,6 +300,8 @@ class Communicator:
         from shard n (bit for bit the step without the hook).
       traffic: what the method sends (:class:`jaxcomm.ledger.Round` values), or a function of the run's ``hyper``.
       models_of: the models evaluated, ``models_of(state)`` (default every node's).
+      readings: ``readings(state) -> {name: [] array}``: the method's own scalars, read at every evaluation into the
+        record's ``readings`` (LGC's reconstruction error); None: none.
       same_start: every node starts from one model (synchronous SGD's, local SGD's).
       stacked: as :meth:`Population.built`.
       extra_per_node: ``state.extra`` is every node's own (leaves ``[N, ...]``: a node's public copy, its
@@ -314,6 +316,7 @@ class Communicator:
     shards: Callable | None = None
     traffic: Sequence[ledger.Round] | Callable = ()
     models_of: Callable | None = None
+    readings: Callable | None = None
     same_start: bool = False
     stacked: bool = True
     extra_per_node: bool = False
@@ -333,6 +336,7 @@ class Built:
       hyper: the run's own values of the method's hyperparameters (set by :func:`jaxcomm.methods.train` and
         :func:`jaxcomm.methods.sweep`).
       waits: what the nodes wait for (:class:`jaxcomm.pace.Waits`), for a run at its own pace.
+      readings: as :class:`Communicator`.
     """
 
     config: RunConfig
@@ -347,6 +351,7 @@ class Built:
     family: str | None = None
     hyper: Mapping[str, float] = dataclasses.field(default_factory=dict)
     waits: pace.Waits = pace.NOTHING
+    readings: Callable | None = None
 
     @property
     def traffic(self) -> tuple[ledger.Round, ...]:
@@ -555,8 +560,9 @@ class Population:
             state = self.init(key, same_start=c.same_start)
             return state if c.init is None else state._replace(extra=c.init(state.nodes, streams.init_keys(key).nodes))
 
-        return self._built(step, init, traffic=c.traffic, models_of=c.models_of, stacked=c.stacked,
-                           extra_per_node=c.extra_per_node)
+        built = self._built(step, init, traffic=c.traffic, models_of=c.models_of, stacked=c.stacked,
+                            extra_per_node=c.extra_per_node)
+        return built if c.readings is None else dataclasses.replace(built, readings=c.readings)
 
     def built(self, step: Callable, *, traffic: Sequence[ledger.Round] | Callable = (), extra: Callable | None = None,
               same_start: bool = False, models_of: Callable | None = None, stacked: bool = True,

@@ -141,12 +141,15 @@ class LGCState(NamedTuple):
       opt: its Adam state.
       error: ``[]`` this step's reconstruction error, mean squared in units of the leader's scale: of the messages
         in stage one, before the autoencoder's update; of the decoded values in stage two.
+      cosine: ``[]`` this step's cosine between the gradient the nodes apply and the nodes' mean gradient (what
+        uncompressed synchronous SGD would apply): how much of the descent direction the code keeps.
     """
 
     memory: compression.ErrorFeedbackState
     ae: Any
     opt: Any
     error: jax.Array
+    cosine: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +175,12 @@ def _rms(v: jax.Array) -> jax.Array:
     """``[..., k] -> [...]``: the root mean square, 1 where it is 0."""
     r = jnp.sqrt(jnp.mean(v * v, axis=-1))
     return jnp.where(r > 0, r, 1.0)
+
+
+def _cosine(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``[P], [P] -> []``: their cosine, 0 where either is 0."""
+    norms = jnp.linalg.norm(a) * jnp.linalg.norm(b)
+    return jnp.where(norms > 0, jnp.vdot(a, b) / jnp.where(norms > 0, norms, 1.0), 0.0)
 
 
 def _mask(x: jax.Array, k: int) -> jax.Array:
@@ -277,7 +286,7 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
         memory = population.init_population(lambda _: top_k.init(shared), streams.named(key, "compressor"),
                                             n, backend="vmap")
         ae = ae_init(streams.named(key, "lgc"))
-        return LGCState(memory, ae, optax.adam(1.0).init(ae), jnp.zeros(()))
+        return LGCState(memory, ae, optax.adam(1.0).init(ae), jnp.zeros(()), jnp.zeros(()))
 
     def gradients(grads, state: kit.NodesState, ctx: kit.Context):
         ex, hyper, leader = state.extra, ctx.settings.hyper, ctx.step % n
@@ -296,7 +305,8 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
                     error)
 
         grad, memory, ae, opt, error = jax.lax.cond(ctx.step < hyper["warmup"], stage_one, stage_two, None)
-        return everyone(grad), state._replace(extra=LGCState(memory, ae, opt, error))
+        cosine = _cosine(ravel_pytree(grad)[0], jnp.mean(flat(grads), axis=0))
+        return everyone(grad), state._replace(extra=LGCState(memory, ae, opt, error, cosine))
 
     def batch_statistics(state: kit.NodesState, ctx: kit.Context):  # averaged like the gradients
         return state._replace(nodes=state.nodes._replace(model_state=everyone(mean(state.nodes.model_state))))
@@ -306,7 +316,8 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
     built = pop.built_with(kit.Communicator(
         init=init, gradients=gradients, communicate=batch_statistics, same_start=True,
         traffic=_traffic(stages, config.num_steps, warmup),
-        models_of=lambda state: jax.tree.map(lambda leaf: leaf[:1], state.nodes)))  # the shared model, once
+        models_of=lambda state: jax.tree.map(lambda leaf: leaf[:1], state.nodes),  # the shared model, once
+        readings=lambda state: {"ae_error": state.extra.error, "cosine": state.extra.cosine}))
     return built.extended(LGC, stages=stages, k=k, k_innovation=0 if ring else k_inn, code_floats=code_floats,
                           ae_params=ae_params, num_params=p)
 

@@ -46,6 +46,7 @@ BASE_PER_RUN = ("seed", "partition", "dirichlet_alpha")
 KIT_PER_RUN = (*BASE_PER_RUN, "learning_rate")
 """Those of a method whose nodes are the kit's (:func:`jaxcomm.kit.nodes`): the learning rate is data of its step."""
 BUILD_KEYWORDS = ("cluster", "own_pace")
+"""What of a run a method's ``build`` may ask for (:attr:`Method.build_keywords`)."""
 
 
 class BuiltsWatch:
@@ -64,7 +65,6 @@ BUILTS_WATCH = BuiltsWatch()
 def divergence_of(built: Built, divergence: float | None | BuiltsWatch) -> float | None:
     """The divergence watch a run of ``built`` uses: ``divergence``, or by default the built run's own."""
     return getattr(built, "divergence", driver.DIVERGENCE) if isinstance(divergence, BuiltsWatch) else divergence
-"""What of a run a method's ``build`` may ask for (:attr:`Method.build_keywords`)."""
 
 
 class Built(Protocol):
@@ -82,6 +82,8 @@ class Built(Protocol):
       models_of: ``models_of(state)``: the K models evaluated (every node's, or one shared model).
       booking: ``booking(state, steps_done, data_model) -> jaxcomm.ledger.Booking``: what was sent so far.
       divergence: optional, the run's own divergence watch (:data:`BUILTS_WATCH`; absent: the driver's).
+      readings: optional, ``readings(state) -> {name: [] array}``, the method's own scalars in every evaluation's
+        record (:class:`jaxcomm.kit.Communicator`); absent or None: none.
       traffic: optional, what the clock reads (:mod:`jaxcomm.clock`): the schedule as
         :class:`jaxcomm.ledger.Round` values (or a function of the state returning them); a method with one
         books its bytes from it (:func:`jaxcomm.ledger.book`). A ``build`` that takes a ``cluster`` keyword is
@@ -181,11 +183,19 @@ def bytes_record(built: Built, state, steps_done: int, *, data_model: str | None
 
 def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[str] = "test") -> driver.System:
     """The kit's system of ``built``: mean loss, accuracies of ``models_of(state)`` on ``eval_split`` (the first
-    split's in the record, the others' under their names) and the ledger's ``bytes``."""
+    split's in the record, the others' under their names), the ledger's ``bytes`` and the method's own
+    ``readings`` (where ``built.readings`` declares them: floats by name)."""
     first, others = classifier.splits_of(dataset, eval_split)
-    return classifier.evaluated_system(
-        built, first, built.models_of, also=others,
-        extra=lambda state, steps_done: {"bytes": bytes_record(built, state, steps_done)})
+    readings = getattr(built, "readings", None)  # a Built of its own may be no kit.Built
+
+    def extra(state, steps_done: int) -> dict:
+        record = {"bytes": bytes_record(built, state, steps_done)}
+        if readings is None:
+            return record
+        return record | {"readings": {name: float(population.to_host(value))
+                                      for name, value in readings(state).items()}}
+
+    return classifier.evaluated_system(built, first, built.models_of, also=others, extra=extra)
 
 
 def _system(method: Method, built: Built, dataset: ImageDataset, eval_split,

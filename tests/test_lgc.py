@@ -120,3 +120,17 @@ def test_jit_equals_no_jit_over_both_stages(runs, tiny_dataset, kind):
     state = built.init(jax.random.PRNGKey(CONFIG.seed))
     jitted, eager = step(step(state, data)[0], data)[0], built.step(built.step(state, data)[0], data)[0]
     jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), jitted, eager)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_evaluation_reads_the_codes_error_and_cosine(tiny_dataset, kind):
+    # fraction 1: stage one sends every value, so the nodes apply their mean gradient exactly (cosine 1)
+    plain = {"ps": lgc.lgc_parameter_server(1.0, 100, innovation=0.02, width=8),
+             "ring": lgc.lgc_ring(1.0, 100, width=8)}[kind]
+    history = methods.train(plain, CONFIG, MODEL, tiny_dataset, progress=False)["history"]
+    assert [set(r["readings"]) for r in history] == [{"ae_error", "cosine"}] * 2
+    np.testing.assert_allclose([r["readings"]["cosine"] for r in history], 1.0, rtol=1e-5)
+    result = methods.train(METHODS[kind], CONFIG, MODEL, tiny_dataset, progress=False)  # stage two from step 3
+    last = result["state"].extra
+    assert result["history"][-1]["readings"] == {"ae_error": float(last.error), "cosine": float(last.cosine)}
+    assert -1.0 <= float(last.cosine) < 1.0 - 1e-3 and np.isfinite(float(last.error))

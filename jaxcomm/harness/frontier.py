@@ -218,6 +218,8 @@ def curves_of(name: str, method: methods_.Method, seed: int, history: list[dict]
             "accuracy": [round(h["collective_accuracy"]["negentropy"], 3) for h in history],
             "avg_accuracy": [round(h["avg_accuracy"], 3) for h in history],
             "loss": [round(h["loss"], 4) for h in history],
+            **({"readings": {key: [h["readings"][key] for h in history] for key in history[0]["readings"]}}
+               if history and "readings" in history[0] else {}),
             **({"seconds": [h["clock"]["seconds"] for h in history],
                 "counters": history[-1].get("counters")} if history and "clock" in history[0] else {})}
 
