@@ -31,6 +31,7 @@ References:
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -338,9 +339,10 @@ def seconds(cluster: Cluster, traffic: tuple[ledger.Round, ...], num_nodes: int,
     typical = np.max if blocking else np.median  # the nodes wait for the slowest, or none waits
     nominal, held = float(steps_done * typical(step)), float(typical(node))
     waited = 0.0
-    for r in traffic:
-        rounds, each = r.rounds_done(steps_done), round_seconds(r, cluster, num_nodes)
-        waited += rounds * (each if r.blocking else max(0.0, each - r.every * float(np.max(step))))
+    for r in traffic:  # a round of k takers (a federated cohort's clients that are on) is timed for k, 0 s for none
+        for k, rounds in collections.Counter(r.taking_part(num_nodes, r.rounds_done(steps_done))).items():
+            each = round_seconds(r, cluster, k) if k else 0.0
+            waited += rounds * (each if r.blocking else max(0.0, each - r.every * float(np.max(step))))
     return {"seconds": held + waited, "compute": nominal, "communication": held - nominal + waited}
 
 

@@ -23,7 +23,8 @@ Clients that come and go: with ``available`` (``[R, M] bool``, which clients are
 fills its other slots with clients that are off: they train (the compiled step keeps its K slots) but weigh 0 in
 the server's mean and keep their own state; a round with none on leaves the global model and the server state as
 they were. The ledger books the clients that were on, ``min(K, on)`` uploads in a round (the draw takes every
-client on first: :func:`draw_cohort`); the clock still times K (an upper bound where fewer were on).
+client on first: :func:`draw_cohort`), and the lockstep clock times each round's uploads and downloads for those
+clients (:func:`jaxcomm.clock.seconds`; at its own pace every round is still timed for K, an upper bound).
 
 How M reaches the data: a :class:`FederatedConfig` extends :class:`jaxcomm.kit.RunConfig` with ``num_clients`` (M);
 its :attr:`~FederatedConfig.num_shards` is M, so :func:`jaxcomm.classifier.shards_of` (and

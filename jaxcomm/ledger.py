@@ -101,7 +101,8 @@ class Round(NamedTuple):
       kind: the ledger kind the bytes are booked as (:data:`KINDS`).
       takers: how many nodes take part in each round, in order (empty: all N; a round past its end takes the last):
         a federated cohort's clients that are on (:func:`jaxcomm.federated.fedavg` with ``available``). The ledger
-        books these; the clock still times N.
+        books these and the lockstep clock times them (:func:`jaxcomm.clock.seconds`: a round of k takers as
+        k nodes, one of none as 0 s); a run at its own pace times every round as N.
     """
 
     pattern: str

@@ -13,7 +13,7 @@ import optax
 import pytest
 from test_federated import MODEL, config, glob, leaves, run
 
-from jaxcomm import clock, federated, methods, pace
+from jaxcomm import clock, federated, ledger, methods, pace
 from jaxcomm.models import MLP
 
 
@@ -105,3 +105,16 @@ def test_the_ledger_books_the_uploads_of_the_clients_that_were_on(tiny_dataset):
     paced = methods.train(federated.fedavg(2, cohort=2, available=table), cfg, MODEL, tiny_dataset, progress=False,
                           cluster=clock.Cluster(clock.Compute(1.0), clock.INSTANT), own_pace=True)
     assert paced["bytes"]["total"] == 3 * upload  # its only kind
+
+
+def test_the_lockstep_clock_times_each_round_for_the_clients_that_were_on():
+    """One 'server' round of k clients on a 100 B/s server link (latency 1 s, instant access links): each way
+    1 + k x nbytes / 100 s; rounds of 1, 2 and 0 clients on among 2 slots take 2 (1 + b), 2 (1 + 2 b) and 0 s,
+    b = nbytes / 100, beside the 2 x 0.5 s of compute of each round's two steps."""
+    cluster = clock.Cluster(clock.Compute(0.5), clock.Link(100.0, 1.0))
+    server = lambda takers=(): ledger.Round("server", 50.0, every=2, takers=takers)  # b = 0.5 s a client
+    on, every = server((1, 2, 0)), server()
+    for steps, want in ((2, 2 * 1.5), (4, 2 * 1.5 + 2 * 2.0), (6, 2 * 1.5 + 2 * 2.0)):
+        got = clock.seconds(cluster, (on,), 2, steps)
+        assert got["seconds"] == pytest.approx(0.5 * steps + want) and got["compute"] == pytest.approx(0.5 * steps)
+        assert clock.seconds(cluster, (every,), 2, steps)["seconds"] == pytest.approx(0.5 * steps + steps // 2 * 4.0)
