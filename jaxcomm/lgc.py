@@ -22,7 +22,10 @@ statistics after the update, evaluate the first node's model and run on the grad
 vector (:func:`jaxcomm.compression.make` ``("top_k", per_layer=False)``), all-gathered and averaged; this is
 exactly that compressed SGD, bit for bit (tested), and the autoencoder takes one Adam step (its own optimiser,
 rate ``ae_lr``, parameters in ``state.extra``) on this step's messages. The steps from ``warmup`` on are **stage
-two**: the code travels. Both stages are one compiled step (``lax.cond`` on the step count).
+two**: the code travels. Both stages are one compiled step (``lax.cond`` on the step count). With
+``retrain_every`` R > 0 (an extension, not the paper's: ``hyper``) every step of stage two that R divides is a step
+of stage one again, after which the retrained autoencoder is sent again. Every evaluation reads the step's
+reconstruction error and the cosine between the applied and the nodes' mean gradient (``readings``).
 
 Sources: the stored copies of the paper reachable when this was written held its abstract only (the method
 section could not be read there); the details below were checked against a public PyTorch re-implementation that
@@ -64,7 +67,7 @@ PS, two    all-gather of every node's innovation (``4 k'`` + ``4 k'``); the lead
            coordinates (``4 (C + 1)`` parameters, ``4 k`` coordinates) to the N - 1 others
 ring, two  the leader's scale and coordinates (``4`` + ``4 k``) to the N - 1 others; an all-reduce of ``4 C``
            parameters
-switch     once: ``4 A`` parameters to the N - 1 others
+switch     once, and after every step of stage one again: ``4 A`` parameters to the N - 1 others
 =========  ==================================================================================================
 
 The ledger books rounds that recur every ``every`` steps from the first, so :attr:`jaxcomm.kit.Built.traffic` is
@@ -236,12 +239,21 @@ def _stages(ring: bool, n: int, k: int, k_inn: int, code_floats: int, ae_params:
             "switch": (gather(FLOAT_BYTES * ae_params / n, "parameters"),)}
 
 
-def _traffic(stages: dict, num_steps: int, warmup: float):
-    """``traffic(hyper)``: one round per pattern and kind, the stages' bytes averaged over the run."""
+def retraining_steps(num_steps: int, first: int, every: float) -> int:
+    """Steps of stage one again after the first ``first``: those of ``[first, num_steps)`` that ``every`` divides
+    (0 where ``every`` is 0)."""
+    r = int(round(every))
+    return 0 if r <= 0 or first >= num_steps else -(-num_steps // r) - (-(-first // r))
+
+
+def _traffic(stages: dict, num_steps: int, warmup: float, retrain_every: float):
+    """``traffic(hyper)``: one round per pattern and kind, the stages' bytes averaged over the run; a step of
+    stage one again (``retrain_every``) sends stage one's messages, then the retrained autoencoder (the switch)."""
 
     def traffic(hyper):
         first = min(num_steps, max(0, math.ceil(hyper.get("warmup", warmup))))
-        shares = {"one": first, "two": num_steps - first, "switch": float(first < num_steps)}
+        again = retraining_steps(num_steps, first, hyper.get("retrain_every", retrain_every))
+        shares = {"one": first + again, "two": num_steps - first - again, "switch": float(first < num_steps) + again}
         total: dict[tuple[str, str], float] = {}
         for stage, rounds in stages.items():
             for r in rounds:
@@ -253,7 +265,8 @@ def _traffic(stages: dict, num_steps: int, warmup: float):
 
 
 def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
-             ring: bool, fraction: float, innovation: float, code_channels: int, width: int, warmup: float) -> LGC:
+             ring: bool, fraction: float, innovation: float, code_channels: int, width: int, warmup: float,
+             retrain_every: float = 0.0) -> LGC:
     """Builds LGC of ``model`` on the kit's nodes (module docstring); the step reads ``hyper["warmup"]`` and
     ``hyper["ae_lr"]``.
 
@@ -265,6 +278,8 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
       fraction: k / P of top-k; innovation: k' / P of the parameter server's innovation.
       code_channels: channels of the code; width: w of the autoencoder.
       warmup: stage one's steps where the run's ``hyper`` has none (for the traffic).
+      retrain_every: R, where the run's ``hyper`` has none: after stage one, every step that R divides is a step of
+        stage one again (the autoencoder learns from that step's messages and is sent again); 0: never.
 
     Returns:
       An :class:`LGC`.
@@ -304,7 +319,9 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
             return (unravel(estimate), ex.memory._replace(residual=jax.vmap(unravel)(memory)), ex.ae, ex.opt,
                     error)
 
-        grad, memory, ae, opt, error = jax.lax.cond(ctx.step < hyper["warmup"], stage_one, stage_two, None)
+        every = hyper["retrain_every"]
+        again = (every > 0) & (jnp.mod(ctx.step, jnp.maximum(jnp.round(every), 1.0)) == 0)
+        grad, memory, ae, opt, error = jax.lax.cond((ctx.step < hyper["warmup"]) | again, stage_one, stage_two, None)
         cosine = _cosine(ravel_pytree(grad)[0], jnp.mean(flat(grads), axis=0))
         return everyone(grad), state._replace(extra=LGCState(memory, ae, opt, error, cosine))
 
@@ -315,19 +332,20 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
     stages = _stages(ring, n, k, k_inn, code_floats, ae_params)
     built = pop.built_with(kit.Communicator(
         init=init, gradients=gradients, communicate=batch_statistics, same_start=True,
-        traffic=_traffic(stages, config.num_steps, warmup),
+        traffic=_traffic(stages, config.num_steps, warmup, retrain_every),
         models_of=lambda state: jax.tree.map(lambda leaf: leaf[:1], state.nodes),  # the shared model, once
         readings=lambda state: {"ae_error": state.extra.error, "cosine": state.extra.cosine}))
     return built.extended(LGC, stages=stages, k=k, k_innovation=0 if ring else k_inn, code_floats=code_floats,
                           ae_params=ae_params, num_params=p)
 
 
-def _method(label: str, ring: bool, fraction: float, warmup: float, innovation: float, code_channels: int,
-            width: int, ae_lr: float) -> methods.Method:
+def _method(label: str, ring: bool, fraction: float, warmup: float, retrain_every: float, innovation: float,
+            code_channels: int, width: int, ae_lr: float) -> methods.Method:
     require(is_real(fraction) and 0 < fraction <= 1, "fraction", "a number in (0, 1]", fraction)
     require(is_real(innovation) and 0 < innovation <= fraction, "innovation", f"a number in (0, {fraction}]",
             innovation)
     require(is_real(warmup) and warmup >= 0, "warmup", "a number of steps >= 0", warmup)
+    require(is_int(retrain_every) and retrain_every >= 0, "retrain_every", "an integer >= 0", retrain_every)
     require(is_int(code_channels) and code_channels >= 1, "code_channels", "an integer >= 1", code_channels)
     require(is_int(width) and width >= 2, "width", "an integer >= 2", width)
     require(is_real(ae_lr) and ae_lr > 0, "ae_lr", "a number > 0", ae_lr)
@@ -335,13 +353,14 @@ def _method(label: str, ring: bool, fraction: float, warmup: float, innovation: 
     def build(config, model, *, image_shape, num_classes):
         return make_lgc(config, model, image_shape=image_shape, num_classes=num_classes, ring=ring,
                         fraction=fraction, innovation=innovation, code_channels=code_channels, width=width,
-                        warmup=warmup)
+                        warmup=warmup, retrain_every=retrain_every)
 
     return methods.Method(label, build, family="compressed", score="model",
-                          hyper={"warmup": float(warmup), "ae_lr": float(ae_lr)})
+                          hyper={"warmup": float(warmup), "ae_lr": float(ae_lr), "retrain_every": float(retrain_every)})
 
 
-def lgc_parameter_server(fraction: float = 0.01, warmup: float = 100, *, innovation: float | None = None,
+def lgc_parameter_server(fraction: float = 0.01, warmup: float = 100, retrain_every: int = 0, *,
+                         innovation: float | None = None,
                          code_channels: int = 4, width: int = 64, ae_lr: float = 1e-3,
                          name: str | None = None) -> methods.Method:
     """LGC's parameter-server instance as a method (module docstring).
@@ -349,20 +368,27 @@ def lgc_parameter_server(fraction: float = 0.01, warmup: float = 100, *, innovat
     Args:
       fraction: k / P of top-k (the paper's re-implementation: 0.001).
       warmup: stage one's steps (``hyper["warmup"]``, data of the step).
+      retrain_every: R > 0: after stage one, every R-th step is a step of stage one again (its top-k messages
+        travel, the autoencoder learns from them and is sent again: ``hyper["retrain_every"]``); 0 (default, the
+        paper's): the autoencoder is frozen after stage one.
       innovation: k' / P of every node's innovation (default ``fraction / 100``, the re-implementation's).
       code_channels: channels of the code, ``code_channels x ceil(k / 16)`` floats (the paper's design: 4).
       width: w of the autoencoder's convolutions (the re-implementation's: 64).
       ae_lr: the autoencoder's Adam step size (``hyper["ae_lr"]``).
-      name: the method's name (default ``lgc_ps_<100 fraction>pct``).
+      name: the method's name (default ``lgc_ps_<100 fraction>pct``, ``_r<R>`` where it retrains).
     """
     innovation = fraction / 100 if innovation is None else innovation
-    return _method(name or f"lgc_ps_{fraction * 100:g}pct", False, fraction, warmup, innovation, code_channels,
-                   width, ae_lr)
+    return _method(name or f"lgc_ps_{fraction * 100:g}pct{_retrained(retrain_every)}", False, fraction, warmup,
+                   retrain_every, innovation, code_channels, width, ae_lr)
 
 
-def lgc_ring(fraction: float = 0.01, warmup: float = 100, *, code_channels: int = 4, width: int = 64,
-             ae_lr: float = 1e-3, name: str | None = None) -> methods.Method:
+def _retrained(retrain_every: int) -> str:
+    return f"_r{retrain_every}" if is_int(retrain_every) and retrain_every > 0 else ""
+
+
+def lgc_ring(fraction: float = 0.01, warmup: float = 100, retrain_every: int = 0, *, code_channels: int = 4,
+             width: int = 64, ae_lr: float = 1e-3, name: str | None = None) -> methods.Method:
     """LGC's ring all-reduce instance as a method (module docstring); arguments as :func:`lgc_parameter_server`
     (default name ``lgc_ring_<100 fraction>pct``)."""
-    return _method(name or f"lgc_ring_{fraction * 100:g}pct", True, fraction, warmup, fraction, code_channels,
-                   width, ae_lr)
+    return _method(name or f"lgc_ring_{fraction * 100:g}pct{_retrained(retrain_every)}", True, fraction, warmup,
+                   retrain_every, fraction, code_channels, width, ae_lr)

@@ -134,3 +134,21 @@ def test_every_evaluation_reads_the_codes_error_and_cosine(tiny_dataset, kind):
     last = result["state"].extra
     assert result["history"][-1]["readings"] == {"ae_error": float(last.error), "cosine": float(last.cosine)}
     assert -1.0 <= float(last.cosine) < 1.0 - 1e-3 and np.isfinite(float(last.error))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_retraining_every_r_steps_is_stage_one_again_and_booked_so(runs, tiny_dataset, kind):
+    # warmup 3, R = 2 over 8 steps: stage one at steps 0, 1, 2, 4 and 6; the autoencoder moves on those only
+    states = trajectory(runs[kind], tiny_dataset, 8, warmup=3.0, retrain_every=2.0)
+    moved = [not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(s.extra.ae), jax.tree.leaves(t.extra.ae),
+                                                          strict=True))
+             for s, t in zip(states[:-1], states[1:], strict=True)]
+    assert moved == [True, True, True, False, True, False, True, False]
+    assert lgc.retraining_steps(8, 3, 2) == 2 and lgc.retraining_steps(8, 3, 0) == 0
+    built = runs[kind][1]
+    one, two, switch = (ledger.book(built.stages[s], 4, 1).total for s in ("one", "two", "switch"))
+    again = dataclasses.replace(built, hyper={"warmup": 3.0, "retrain_every": 2.0})
+    assert ledger.book(again.traffic, 4, 8).total == pytest.approx(5 * one + 3 * two + 3 * switch)
+    assert lgc.lgc_parameter_server(0.01, 100, 50).name == "lgc_ps_1pct_r50"
+    with pytest.raises(ValueError, match="retrain_every"):
+        lgc.lgc_ring(0.01, 100, -1)
