@@ -560,9 +560,8 @@ class Population:
             state = self.init(key, same_start=c.same_start)
             return state if c.init is None else state._replace(extra=c.init(state.nodes, streams.init_keys(key).nodes))
 
-        built = self._built(step, init, traffic=c.traffic, models_of=c.models_of, stacked=c.stacked,
-                            extra_per_node=c.extra_per_node)
-        return built if c.readings is None else dataclasses.replace(built, readings=c.readings)
+        return self._built(step, init, traffic=c.traffic, models_of=c.models_of, stacked=c.stacked,
+                           extra_per_node=c.extra_per_node, readings=c.readings)
 
     def built(self, step: Callable, *, traffic: Sequence[ledger.Round] | Callable = (), extra: Callable | None = None,
               same_start: bool = False, models_of: Callable | None = None, stacked: bool = True,
@@ -587,7 +586,8 @@ class Population:
                            models_of=models_of, stacked=stacked, extra_per_node=extra_per_node)
 
     def _built(self, step: Callable, init: Callable, *, traffic: Sequence[ledger.Round] | Callable,
-               models_of: Callable | None, stacked: bool, extra_per_node: bool) -> Built:
+               models_of: Callable | None, stacked: bool, extra_per_node: bool,
+               readings: Callable | None = None) -> Built:
         def held_step(state: NodesState, data: classifier.ShardData):
             if state.pace is None:  # lockstep: every node steps
                 return step(state, data)
@@ -596,7 +596,7 @@ class Population:
 
         return Built(self.config, init, held_step, self.predict, self.backend, self.step_loop,
                      None if stacked else self.layout, traffic if callable(traffic) else tuple(traffic), models_of,
-                     self.family, waits=self.waits)
+                     self.family, waits=self.waits, readings=readings)
 
 
 @dataclasses.dataclass(frozen=True)

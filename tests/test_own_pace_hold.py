@@ -93,6 +93,7 @@ METHODS = {
     "leader_sgd": lambda: leader_sgd.leader_sgd(0.5, 2),
     "lgc_ps": lambda: lgc.lgc_parameter_server(0.3, 3, width=8),  # an 8-wide autoencoder: what it holds is the same
     "lgc_ring": lambda: lgc.lgc_ring(0.3, 3, width=8),
+    "lgc_ps_retrained": lambda: lgc.lgc_parameter_server(0.3, 2, 3, width=8),  # stage one again at ticks 3 and 6
     "osgp": lambda: sgp.osgp(1),
     "adacomp": lambda: data_parallel.sync_sgd(compression.make("adacomp")),
     "fedavg": lambda: federated.fedavg(2),
