@@ -348,11 +348,9 @@ def seconds(cluster: Cluster, traffic: tuple[ledger.Round, ...], num_nodes: int,
 
 def reading(cluster: Cluster, built: Any, state: Any, steps_done: int) -> dict:
     """The ``clock`` record of a run of ``built`` after ``steps_done`` steps: :func:`seconds` of its traffic and
-    asynchronous uplink (``built.uplink_bytes(state)``, where it has one), and the cluster's name."""
-    uplink = getattr(built, "uplink_bytes", None)
-    n = built.config.num_nodes
-    return {**seconds(cluster, traffic_of(built, state), n, steps_done,
-                      uplink_bytes=uplink(state) if uplink is not None else None), "cluster": cluster.label}
+    asynchronous uplink (``built.uplink_bytes(state)``; None for a method of rounds), and the cluster's name."""
+    return {**seconds(cluster, traffic_of(built, state), built.config.num_nodes, steps_done,
+                      uplink_bytes=built.uplink_bytes(state)), "cluster": cluster.label}
 
 
 def retime(result: dict, cluster: Cluster) -> list[dict]:
@@ -362,7 +360,7 @@ def retime(result: dict, cluster: Cluster) -> list[dict]:
     reads the same clock as a run under the cluster; output sharing's messages would have arrived later."""
     built = result["built"]
     n, traffic = built.config.num_nodes, traffic_of(built, result["state"])
-    message = getattr(built, "message_bytes", 0) if hasattr(built, "uplink_bytes") else 0
+    message = built.message_bytes if built.uplink_bytes(result["state"]) is not None else 0  # asynchronous copies
     readings = []
     for record in result["history"]:
         sent = record.get("counters", {}).get("sent", 0) if message else 0

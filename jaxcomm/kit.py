@@ -337,6 +337,7 @@ class Built:
         :func:`jaxcomm.methods.sweep`).
       waits: what the nodes wait for (:class:`jaxcomm.pace.Waits`), for a run at its own pace.
       readings: as :class:`Communicator`.
+      divergence: the driver's divergence watch (:data:`jaxcomm.driver.DIVERGENCE`).
     """
 
     config: RunConfig
@@ -352,6 +353,7 @@ class Built:
     hyper: Mapping[str, float] = dataclasses.field(default_factory=dict)
     waits: pace.Waits = pace.NOTHING
     readings: Callable | None = None
+    divergence: float | None = driver.DIVERGENCE
 
     @property
     def traffic(self) -> tuple[ledger.Round, ...]:
@@ -360,6 +362,10 @@ class Built:
 
     def models_of(self, state: NodesState) -> Any:
         return state.nodes if self.evaluate_models is None else self.evaluate_models(state)
+
+    def uplink_bytes(self, state: NodesState) -> None:
+        """None: no asynchronous copies (the rounds' bytes are :attr:`traffic`'s)."""
+        return None
 
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking:
         """What the schedule has sent after ``steps_done`` steps (:func:`jaxcomm.ledger.book`); at its own pace, from

@@ -64,7 +64,7 @@ BUILTS_WATCH = BuiltsWatch()
 
 def divergence_of(built: Built, divergence: float | None | BuiltsWatch) -> float | None:
     """The divergence watch a run of ``built`` uses: ``divergence``, or by default the built run's own."""
-    return getattr(built, "divergence", driver.DIVERGENCE) if isinstance(divergence, BuiltsWatch) else divergence
+    return built.divergence if isinstance(divergence, BuiltsWatch) else divergence
 
 
 class Built(Protocol):
@@ -81,13 +81,17 @@ class Built(Protocol):
       layout: how the "eager" and "dispatch" step loops hold the state (None: as it is).
       models_of: ``models_of(state)``: the K models evaluated (every node's, or one shared model).
       booking: ``booking(state, steps_done, data_model) -> jaxcomm.ledger.Booking``: what was sent so far.
-      divergence: optional, the run's own divergence watch (:data:`BUILTS_WATCH`; absent: the driver's).
-      readings: optional, ``readings(state) -> {name: [] array}``, the method's own scalars in every evaluation's
-        record (:class:`jaxcomm.kit.Communicator`); absent or None: none.
-      traffic: optional, what the clock reads (:mod:`jaxcomm.clock`): the schedule as
-        :class:`jaxcomm.ledger.Round` values (or a function of the state returning them); a method with one
-        books its bytes from it (:func:`jaxcomm.ledger.book`). A ``build`` that takes a ``cluster`` keyword is
-        given the run's (:func:`build`).
+      divergence: the run's own divergence watch (:data:`BUILTS_WATCH`; the kit's: the driver's).
+      readings: ``readings(state) -> {name: [] array}``, the method's own scalars in every evaluation's record
+        (:class:`jaxcomm.kit.Communicator`); None: none.
+      traffic: what the clock reads (:mod:`jaxcomm.clock`): the schedule as :class:`jaxcomm.ledger.Round` values
+        (or a function of the state returning them); a method with one books its bytes from it
+        (:func:`jaxcomm.ledger.book`).
+      waits: what the nodes wait for at their own pace (:class:`jaxcomm.pace.Waits`).
+      hyper: the run's values of the method's hyperparameters (set by :func:`train` and :func:`sweep`).
+      uplink_bytes: ``uplink_bytes(state) -> [N] | None``: bytes of the asynchronous message copies each node has
+        sent (output sharing's, with ``message_bytes`` the bytes of one), which its uplink's busy time prices;
+        None: none (a method of rounds).
     """
 
     config: kit.RunConfig
@@ -97,10 +101,17 @@ class Built(Protocol):
     step_loop: str
     backend: str
     layout: driver.Layout | None
+    divergence: float | None
+    readings: Callable | None
+    traffic: tuple[ledger.Round, ...] | Callable
+    waits: pace.Waits
+    hyper: Mapping[str, float]
 
     def models_of(self, state) -> Any: ...
 
     def booking(self, state, steps_done: int, data_model: str | None = None) -> ledger.Booking: ...
+
+    def uplink_bytes(self, state) -> np.ndarray | None: ...
 
 
 class OwnPopulation(NamedTuple):
@@ -186,7 +197,7 @@ def system_of(built: Built, dataset: ImageDataset, eval_split: str | Sequence[st
     split's in the record, the others' under their names), the ledger's ``bytes`` and the method's own
     ``readings`` (where ``built.readings`` declares them: floats by name)."""
     first, others = classifier.splits_of(dataset, eval_split)
-    readings = getattr(built, "readings", None)  # a Built of its own may be no kit.Built
+    readings = built.readings
 
     def extra(state, steps_done: int) -> dict:
         record = {"bytes": bytes_record(built, state, steps_done)}
@@ -383,7 +394,8 @@ def _settings(method: Method, config: kit.RunConfig, hyper: Mapping[str, float])
 
 
 def _with_hyper(built: Built, hyper: Mapping[str, float]) -> Built:
-    return dataclasses.replace(built, hyper=dict(hyper)) if hasattr(built, "hyper") else built
+    """``built`` with the run's hyperparameters (a method without any keeps its ``Built`` as it is)."""
+    return dataclasses.replace(built, hyper=dict(hyper)) if hyper else built
 
 
 def shard_data(method: Method, dataset: ImageDataset, config: kit.RunConfig,

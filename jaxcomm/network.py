@@ -430,6 +430,8 @@ class Network:
       link_seconds: at its own pace, ``[N, N] float32`` seconds a message takes on each edge
         (:func:`jaxcomm.clock.delivery_seconds`); None otherwise.
       bottleneck: at its own pace, the cluster's shared bottleneck (or None).
+      hyper: no hyperparameters of a method (the network's are its config's).
+      readings: None: no readings of its own.
     """
 
     config: NetworkConfig
@@ -450,6 +452,8 @@ class Network:
     waits: pace.Waits = pace.NOTHING
     link_seconds: jax.Array | None = None
     bottleneck: Any = None
+    hyper: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    readings: Callable | None = None
 
     @property
     def layout(self) -> driver.Layout | None:

@@ -158,7 +158,8 @@ def _stopped_sweep(*args, **kwargs):
 def test_a_diverging_seed_is_recorded_as_stopped_and_the_next_one_runs(smoke, monkeypatch):
     """A sweep that diverges is trained seed by seed; seed 1 diverges, seeds 0 and 2 are rows."""
     built = types.SimpleNamespace(config=types.SimpleNamespace(num_nodes=4, data_model="private"),
-                                  booking=lambda state, steps, data_model: ledger.Booking(parameters=4 * 100 * steps))
+                                  booking=lambda state, steps, data_model: ledger.Booking(parameters=4 * 100 * steps),
+                                  traffic=())  # a Built states its traffic (methods.Built)
 
     def train(method, config, model, dataset, **kwargs):
         if config.seed == 1:

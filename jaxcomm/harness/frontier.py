@@ -169,7 +169,7 @@ def graph_name(config) -> str:
 
 def uses_graph(method: methods_.Method, built) -> bool:
     """Whether a method's runs read the graph: output sharing, or a schedule that sends to neighbours."""
-    traffic = getattr(built, "traffic", ())
+    traffic = built.traffic
     return method.family == "outputs" or (not callable(traffic) and any(r.pattern == "neighbours" for r in traffic))
 
 
