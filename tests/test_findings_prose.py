@@ -252,15 +252,18 @@ def _frontier_1000():
 
 def _frontier_5000():
     from experiments.bandwidth_frontier.report import holm_vs_isolated  # noqa: PLC0415
+    from jaxcomm.harness import frontier  # noqa: PLC0415
 
     rows = merged_frontier("bandwidth_frontier/horizon_5000")["rows"]
     held = holm_vs_isolated(rows)
-    for name in ("true_labels", "logits", "gossip_100"):
-        assert held[name] < 0.05 and rows[name]["paired_diff_vs_isolated"] > 0, name
+    beat = {name for name in ("true_labels", "logits", "features", "gossip_100")  # the node networks' rows
+            if held[name] < 0.05 and rows[name]["paired_diff_vs_isolated"] > 0}
+    assert beat == {"true_labels", "logits"}, beat  # the sentence names exactly these (gossip every 100 steps: not)
+    tests = sum(row.get("paired_diff_vs_isolated_p") is not None for row in frontier.under(rows, "private").values())
     tl, r1 = rows["true_labels"], rows["powersgd_r1"]
     mean, lo, hi = paired(per_seed(tl, "accuracy"), per_seed(r1, "accuracy"))
     assert lo < 0 < hi  # no difference detected
-    return tl["paired_diff_vs_isolated"], r1["accuracy"]
+    return tests, tl["paired_diff_vs_isolated"], r1["accuracy"]
 
 
 def _horizon_5000():
@@ -583,9 +586,9 @@ FINDINGS = [
     Finding(M, "bandwidth_frontier", "At 1,000 steps, PowerSGD rank 1 and DiLoCo every 50 steps reach {:.1f} and "
             "{:.1f} % against true labels' {:.1f} %, and every output-sharing row sits below the isolated nodes' "
             "{:.1f} % by mean", _frontier_1000),
-    Finding(M, "bandwidth_frontier/horizon_5000", "at the thesis' 5,000 steps true labels, logits and gossip beat "
-            "isolation (true labels {:+.1f} points), and true labels show no difference detected against PowerSGD "
-            "rank 1 ({:.1f} %)", _frontier_5000),
+    Finding(M, "bandwidth_frontier/horizon_5000", "at the thesis' 5,000 steps true labels and logits beat "
+            "isolation after Holm over the table's {} tests (true labels {:+.1f} points), and true labels show "
+            "no difference detected against PowerSGD rank 1 ({:.1f} %)", _frontier_5000),
     Finding(M, "own_pace", "At their own pace (10 MNIST MLP nodes, stragglers, 20 % jitter, LAN/WAN, churn), output "
             "sharing's collective is ahead of isolated nodes in all {} conditions after Holm's adjustment over the "
             "table's {} comparisons at {} seeds ({:+.2f} to {:+.2f} points); it beats synchronous DiLoCo, quorum "
