@@ -60,10 +60,6 @@ class Codistillation(kit.Built):
     num_params: int = 0
     checkpoint_bytes: int = 0
 
-    def bytes_per_node_step(self) -> float:
-        """Each node's checkpoint to each of its N - 1 peers every K steps: ``(N - 1) x checkpoint / K``."""
-        return ledger.per_node_step(self.traffic, self.config.num_nodes)
-
 
 def make_codistillation(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int, ...],
                         num_classes: int, refresh_every: int, weight: float = 1.0) -> Codistillation:

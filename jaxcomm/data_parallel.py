@@ -59,11 +59,6 @@ class DataParallel(kit.Built):
     dense: bool = True
     summed: bool = False
 
-    def bytes_per_node_step(self) -> float:
-        """Bytes each node sends per step: ``2 (N-1)/N x 4 P`` dense, ``2 (N-1)/N x message_bytes`` summed,
-        ``(N - 1) x message_bytes`` compressed (:func:`jaxcomm.ledger.per_node_step`)."""
-        return ledger.per_node_step(self.traffic, self.config.num_nodes)
-
 
 def traffic_of(num_params: int, message_bytes: int, *, dense: bool, summed: bool) -> tuple[ledger.Round, ...]:
     """Every step, blocking: a ring all-reduce of the dense gradients (``4 P`` bytes) or of PowerSGD's summed factors

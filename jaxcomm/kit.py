@@ -360,6 +360,11 @@ class Built:
         """The run's schedule, booked in the ledger and priced by the clock (:mod:`jaxcomm.clock`)."""
         return tuple(self.schedule(self.hyper) if callable(self.schedule) else self.schedule)
 
+    def bytes_per_node_step(self) -> float:
+        """Bytes each node sends per step in lockstep, on average over a round (:func:`jaxcomm.ledger.per_node_step`
+        of :attr:`traffic`; a run's record, :func:`jaxcomm.methods.bytes_record`, counts what it actually sent)."""
+        return ledger.per_node_step(self.traffic, self.config.num_nodes)
+
     def models_of(self, state: NodesState) -> Any:
         return state.nodes if self.evaluate_models is None else self.evaluate_models(state)
 

@@ -68,10 +68,6 @@ class LocalSGD(kit.Built):
     sync_every: int = 1
     num_params: int = 0
 
-    def bytes_per_node_step(self) -> float:
-        """One ring all-reduce of the float32 parameters every H steps: ``2 (N-1)/N x 4 P / H``."""
-        return ledger.per_node_step(self.traffic, self.config.num_nodes)
-
 
 def diloco_outer(learning_rate: float = 0.7, momentum: float = 0.9) -> optax.GradientTransformation:
     """DiLoCo's outer optimiser: SGD with Nesterov momentum (the paper's lr 0.7, momentum 0.9)."""

@@ -121,6 +121,8 @@ def test_every_method_books_its_bytes_in_the_one_ledger(tiny_dataset, name):
         assert out["bytes"]["total"] == 1 * n * 3 * 4 * P
     elif name == "sparta":  # every step a quarter of the parameters along each of the 4 edges
         assert out["bytes"]["total"] == steps * 4 * round(0.25 * P) * 4
+    if name in ("gossip", "sync", "top_k", "powersgd", "sparta"):  # whole rounds in 6 steps: the lockstep rate is exact
+        assert out["built"].bytes_per_node_step() == pytest.approx(out["bytes"]["per_node_step"])
     assert P == bandwidth.model_num_params(MODEL, (8, 8, 1))
 
 
