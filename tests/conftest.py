@@ -12,8 +12,8 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_opt
 # Tried and not taken (2026-12-03, jax 0.10.2): --xla_cpu_use_fusion_emitters=false compiles faster
 # (tests/test_exchange.py 38 -> 22 s, test_methods + test_pace 182 -> 89 s, machine quiet), but two programs that
 # are bit-identical under XLA's default emitters stop being so (8 tests fail: own pace at equal speeds against
-# lockstep, LGC's stage one against top-k, Leader SGD's zero pull against isolated nodes), so the suite would test
-# a guarantee users' runs do not share under the flags users run.
+# lockstep, LGC's stage one against top-k, Leader SGD's zero pull against isolated nodes and its sweep against its
+# runs alone), so the suite would test a guarantee users' runs do not share under the flags users run.
 # "auto" backends read the shipped table in tests (tests/test_speed.py turns timing on in a folder of its own):
 # timing every new model would cost minutes and make the picks depend on the machine's load.
 os.environ["JAXCOMM_AUTOTUNE"] = "0"
