@@ -31,7 +31,6 @@ import dataclasses
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import optax
 
 from jaxcomm import compression, driver, kit, ledger, methods, pace, population, powersgd, streams
@@ -94,8 +93,6 @@ def make_data_parallel(config: kit.RunConfig, model: nn.Module, *, image_shape: 
     pop = kit.nodes(config, model, image_shape=image_shape, num_classes=num_classes, optimizer=optimizer,
                     waits=pace.LOCKSTEP)
     compress = None if summed else population.lift(compressor.update, backend=pop.backend)
-    mean = lambda tree: jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0), tree)  # noqa: E731
-    everyone = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (n, *leaf.shape)), tree)  # noqa: E731
 
     def memory(nodes: population.NodeState, key: jax.Array):
         shared, key = population.node(nodes.params, 0), streams.named(key, "compressor")
@@ -108,17 +105,12 @@ def make_data_parallel(config: kit.RunConfig, model: nn.Module, *, image_shape: 
             grad, residual = compressor.reduce(grads, state.extra)
         else:
             sent, residual = compress(grads, state.extra, jax.random.split(streams.named(ctx.key, "compress"), n))
-            grad = mean(sent)  # the all-reduce
-        return everyone(grad), state._replace(extra=residual)
-
-    def batch_statistics(state: kit.NodesState, ctx: kit.Context):  # averaged like the gradients
-        return state._replace(nodes=state.nodes._replace(model_state=everyone(mean(state.nodes.model_state))))
+            grad = kit.mean_of_nodes(sent)  # the all-reduce
+        return grad, state._replace(extra=residual)
 
     message_bytes = compressor.message_bytes(jax.eval_shape(pop.init_node, jax.random.PRNGKey(0)).params)
-    built = pop.built_with(kit.Communicator(
-        init=memory, gradients=all_reduce, communicate=batch_statistics, same_start=True,
-        traffic=traffic_of(pop.num_params, message_bytes, dense=dense, summed=summed),
-        models_of=lambda state: jax.tree.map(lambda leaf: leaf[:1], state.nodes)))  # the shared model, once
+    built = pop.built_with(kit.one_model(n, init=memory, reduce=all_reduce,
+                                         traffic=traffic_of(pop.num_params, message_bytes, dense=dense, summed=summed)))
     return built.extended(DataParallel, message_bytes=message_bytes, num_params=pop.num_params, dense=dense,
                           summed=summed)
 

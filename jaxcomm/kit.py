@@ -322,6 +322,30 @@ class Communicator:
     extra_per_node: bool = False
 
 
+def mean_of_nodes(tree):
+    """Leaves ``[N, ...] -> [...]``: the nodes' mean (what an all-reduce averages)."""
+    return jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0), tree)
+
+
+def one_model(n: int, *, init, reduce, traffic, readings=None) -> Communicator:
+    """The communicator of one model shared by the kit's ``n`` nodes (:mod:`jaxcomm.data_parallel`, :mod:`jaxcomm.lgc`):
+    ``reduce(grads, state, ctx) -> (grad, state)`` turns the nodes' gradients (leaves ``[N, ...]``) into the one
+    gradient every node applies; BatchNorm statistics are averaged after the update, like the gradients; every node
+    starts from the same model, and the first node's is evaluated."""
+    everyone = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (n, *leaf.shape)), tree)  # noqa: E731
+
+    def gradients(grads, state: NodesState, ctx: Context):
+        grad, state = reduce(grads, state, ctx)
+        return everyone(grad), state
+
+    def batch_statistics(state: NodesState, ctx: Context):
+        return state._replace(nodes=state.nodes._replace(model_state=everyone(mean_of_nodes(state.nodes.model_state))))
+
+    return Communicator(init=init, gradients=gradients, communicate=batch_statistics, same_start=True,
+                        traffic=traffic, readings=readings,
+                        models_of=lambda state: jax.tree.map(lambda leaf: leaf[:1], state.nodes))  # once
+
+
 @dataclasses.dataclass(frozen=True)
 class Built:
     """One run's pure functions, what a method's ``build`` returns (:class:`jaxcomm.methods.Built`).

@@ -29,6 +29,7 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -176,6 +177,18 @@ def book_at_own_pace(traffic: tuple[Round, ...], node_steps, members, *, waited_
             sent = int(np.sum(np.asarray(node_steps) // r.every)) * r.sent_per_round(n) / n
         total = total + Booking(**{r.kind: float(sent)})
     return total
+
+
+def averaged(stages: Sequence[tuple[Sequence[Round], float]], num_steps: int) -> tuple[Round, ...]:
+    """A schedule that changes by stage as the steady one a run books: one round per shape (its fields but the
+    bytes, in order of first appearance) whose bytes are the stages' ``(rounds, steps)`` weighted by each stage's
+    steps of the ``num_steps``, so the run's totals are exact at its last step (LGC's stages)."""
+    total: dict[Round, float] = {}
+    for rounds, steps in stages:
+        for r in rounds:
+            shape = r._replace(nbytes=0.0)
+            total[shape] = total.get(shape, 0.0) + r.nbytes * steps / max(num_steps, 1)
+    return tuple(shape._replace(nbytes=nbytes) for shape, nbytes in total.items())
 
 
 def per_node_step(traffic: tuple[Round, ...], num_nodes: int) -> float:

@@ -78,6 +78,7 @@ exact at its last step, and between they grow linearly (not stage by stage).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -247,19 +248,14 @@ def retraining_steps(num_steps: int, first: int, every: float) -> int:
 
 
 def _traffic(stages: dict, num_steps: int, warmup: float, retrain_every: float):
-    """``traffic(hyper)``: one round per pattern and kind, the stages' bytes averaged over the run; a step of
-    stage one again (``retrain_every``) sends stage one's messages, then the retrained autoencoder (the switch)."""
+    """``traffic(hyper)``: the stages averaged over the run (:func:`jaxcomm.ledger.averaged`); a step of stage one
+    again (``retrain_every``) sends stage one's messages, then the retrained autoencoder (the switch)."""
 
     def traffic(hyper):
         first = min(num_steps, max(0, math.ceil(hyper.get("warmup", warmup))))
         again = retraining_steps(num_steps, first, hyper.get("retrain_every", retrain_every))
-        shares = {"one": first + again, "two": num_steps - first - again, "switch": float(first < num_steps) + again}
-        total: dict[tuple[str, str], float] = {}
-        for stage, rounds in stages.items():
-            for r in rounds:
-                key = (r.pattern, r.kind)
-                total[key] = total.get(key, 0.0) + r.nbytes * shares[stage] / max(num_steps, 1)
-        return tuple(ledger.Round(pattern, nbytes, kind=kind) for (pattern, kind), nbytes in total.items())
+        steps = {"one": first + again, "two": num_steps - first - again, "switch": float(first < num_steps) + again}
+        return ledger.averaged([(rounds, steps[stage]) for stage, rounds in stages.items()], num_steps)
 
     return traffic
 
@@ -294,8 +290,6 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
     compress = population.lift(top_k.update, backend=pop.backend)
     ae_init, code, code_floats = _coder(ring, n, k, k_inn, code_channels, width)
     flat = jax.vmap(lambda tree: ravel_pytree(tree)[0])
-    mean = lambda tree: jax.tree.map(lambda leaf: jnp.mean(leaf, axis=0), tree)
-    everyone = lambda tree: jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (n, *leaf.shape)), tree)
 
     def init(nodes, key):
         memory = population.init_population(lambda _: top_k.init(shared), streams.named(key, "compressor"),
@@ -312,7 +306,7 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
             loss = lambda ae: (lambda out: (out[3], out[2]))(code(ae, received, leader))  # (loss, error)
             (_, error), g = jax.value_and_grad(loss, has_aux=True)(ex.ae)
             updates, opt = optax.adam(hyper["ae_lr"]).update(g, ex.opt, ex.ae)
-            return mean(sent), memory, optax.apply_updates(ex.ae, updates), opt, error
+            return kit.mean_of_nodes(sent), memory, optax.apply_updates(ex.ae, updates), opt, error
 
         def stage_two(_):  # the code travels
             estimate, memory, error, _ = code(ex.ae, flat(grads) + flat(ex.memory.residual), leader)
@@ -323,23 +317,18 @@ def make_lgc(config: kit.RunConfig, model: nn.Module, *, image_shape: tuple[int,
         again = (every > 0) & (jnp.mod(ctx.step, jnp.maximum(jnp.round(every), 1.0)) == 0)
         grad, memory, ae, opt, error = jax.lax.cond((ctx.step < hyper["warmup"]) | again, stage_one, stage_two, None)
         cosine = _cosine(ravel_pytree(grad)[0], jnp.mean(flat(grads), axis=0))
-        return everyone(grad), state._replace(extra=LGCState(memory, ae, opt, error, cosine))
-
-    def batch_statistics(state: kit.NodesState, ctx: kit.Context):  # averaged like the gradients
-        return state._replace(nodes=state.nodes._replace(model_state=everyone(mean(state.nodes.model_state))))
+        return grad, state._replace(extra=LGCState(memory, ae, opt, error, cosine))
 
     ae_params = bandwidth.num_params(jax.eval_shape(ae_init, jax.random.PRNGKey(0)))
     stages = _stages(ring, n, k, k_inn, code_floats, ae_params)
-    built = pop.built_with(kit.Communicator(
-        init=init, gradients=gradients, communicate=batch_statistics, same_start=True,
-        traffic=_traffic(stages, config.num_steps, warmup, retrain_every),
-        models_of=lambda state: jax.tree.map(lambda leaf: leaf[:1], state.nodes),  # the shared model, once
+    built = pop.built_with(kit.one_model(
+        n, init=init, reduce=gradients, traffic=_traffic(stages, config.num_steps, warmup, retrain_every),
         readings=lambda state: {"ae_error": state.extra.error, "cosine": state.extra.cosine}))
     return built.extended(LGC, stages=stages, k=k, k_innovation=0 if ring else k_inn, code_floats=code_floats,
                           ae_params=ae_params, num_params=p)
 
 
-def _method(label: str, ring: bool, fraction: float, warmup: float, retrain_every: float, innovation: float,
+def _method(name: str | None, ring: bool, fraction: float, warmup: float, retrain_every: float, innovation: float,
             code_channels: int, width: int, ae_lr: float) -> methods.Method:
     require(is_real(fraction) and 0 < fraction <= 1, "fraction", "a number in (0, 1]", fraction)
     require(is_real(innovation) and 0 < innovation <= fraction, "innovation", f"a number in (0, {fraction}]",
@@ -350,18 +339,16 @@ def _method(label: str, ring: bool, fraction: float, warmup: float, retrain_ever
     require(is_int(width) and width >= 2, "width", "an integer >= 2", width)
     require(is_real(ae_lr) and ae_lr > 0, "ae_lr", "a number > 0", ae_lr)
 
-    def build(config, model, *, image_shape, num_classes):
-        return make_lgc(config, model, image_shape=image_shape, num_classes=num_classes, ring=ring,
-                        fraction=fraction, innovation=innovation, code_channels=code_channels, width=width,
-                        warmup=warmup, retrain_every=retrain_every)
-
+    retrained = f"_r{retrain_every}" if retrain_every else ""
+    label = name or f"lgc_{'ring' if ring else 'ps'}_{fraction * 100:g}pct{retrained}"
+    build = functools.partial(make_lgc, ring=ring, fraction=fraction, innovation=innovation,
+                              code_channels=code_channels, width=width, warmup=warmup, retrain_every=retrain_every)
     return methods.Method(label, build, family="compressed", score="model",
                           hyper={"warmup": float(warmup), "ae_lr": float(ae_lr), "retrain_every": float(retrain_every)})
 
 
 def lgc_parameter_server(fraction: float = 0.01, warmup: float = 100, retrain_every: int = 0, *,
-                         innovation: float | None = None,
-                         code_channels: int = 4, width: int = 64, ae_lr: float = 1e-3,
+                         innovation: float | None = None, code_channels: int = 4, width: int = 64, ae_lr: float = 1e-3,
                          name: str | None = None) -> methods.Method:
     """LGC's parameter-server instance as a method (module docstring).
 
@@ -378,17 +365,11 @@ def lgc_parameter_server(fraction: float = 0.01, warmup: float = 100, retrain_ev
       name: the method's name (default ``lgc_ps_<100 fraction>pct``, ``_r<R>`` where it retrains).
     """
     innovation = fraction / 100 if innovation is None else innovation
-    return _method(name or f"lgc_ps_{fraction * 100:g}pct{_retrained(retrain_every)}", False, fraction, warmup,
-                   retrain_every, innovation, code_channels, width, ae_lr)
-
-
-def _retrained(retrain_every: int) -> str:
-    return f"_r{retrain_every}" if is_int(retrain_every) and retrain_every > 0 else ""
+    return _method(name, False, fraction, warmup, retrain_every, innovation, code_channels, width, ae_lr)
 
 
 def lgc_ring(fraction: float = 0.01, warmup: float = 100, retrain_every: int = 0, *, code_channels: int = 4,
              width: int = 64, ae_lr: float = 1e-3, name: str | None = None) -> methods.Method:
     """LGC's ring all-reduce instance as a method (module docstring); arguments as :func:`lgc_parameter_server`
     (default name ``lgc_ring_<100 fraction>pct``)."""
-    return _method(name or f"lgc_ring_{fraction * 100:g}pct{_retrained(retrain_every)}", True, fraction, warmup,
-                   retrain_every, fraction, code_channels, width, ae_lr)
+    return _method(name, True, fraction, warmup, retrain_every, fraction, code_channels, width, ae_lr)
