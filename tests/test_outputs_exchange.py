@@ -509,3 +509,37 @@ def test_compare_points_pairs_two_runs_points_by_seed(tmp_path, capsys):
         (tmp_path / f"{name}.json").write_text(json.dumps({"device": name, "studies": [point]}))
     compare.main(str(tmp_path / "a.json"), "N=100", str(tmp_path / "b.json"), "N=100")
     assert "| N=100 vs N=100 | avg | +2.0 | [-0.5, +4.5] |" in capsys.readouterr().out
+
+
+def test_a_row_split_by_seeds_over_runs_merges_into_the_row_one_run_of_every_seed_wrote(tmp_path):
+    """A table whose rows are trained seed by seed in runs of their own (a 20-node row does not fit one session): the
+    committed 3-seed run (``results/outputs_exchange/augmented``) cut into seed 0 and seeds 1-2, each part
+    summarised as its own run, merges back into exactly the rows that one run of the three seeds wrote."""
+    whole = json.loads((ROOT / "results/outputs_exchange/augmented/summary.json").read_text())
+    steps = ("steps_to_target_avg", "steps_to_target_collective")
+
+    def part(folder, seeds):
+        rows = {}
+        for name, row in whole["rows"].items():
+            per_seed = [p for seed, p in zip(row["seeds"], row["per_seed"], strict=True) if seed in seeds]
+            summary = recipes.summarize_seeds([{k: v for k, v in p.items() if k not in steps} for p in per_seed],
+                                              seeds)
+            rows[name] = oe_report.row_of(summary | {"per_seed": per_seed}, row["target"])
+        folder.mkdir(parents=True, exist_ok=True)
+        config = whole["config"] | {"seed": seeds[0], "num_seeds": len(seeds)}
+        (folder / "summary.json").write_text(json.dumps(whole | {"rows": rows, "config": config,
+                                                                 "command": f"c {folder.name}"}))
+        (folder / "curves.jsonl").write_text("".join(json.dumps({"kind": "row", "run": name, "seed": seed}) + "\n"
+                                                     for name in rows for seed in seeds))
+
+    part(tmp_path, [0])
+    part(tmp_path / "seeds_1_2", [1, 2])
+    part(tmp_path / "then_seed_1", [1])  # read after seeds_1_2, it overlaps the merged seeds: not merged, set beside
+    summary, curves = oe_report.merge_runs(tmp_path)
+    assert json.loads(json.dumps(summary["rows"])) == whole["rows"]
+    assert sorted((c["run"], c["seed"]) for c in curves) == sorted((n, s) for n in whole["rows"] for s in (0, 1, 2))
+    assert [e["seeds"] for e in summary["extra_runs"]] == [{name: [1, 2] for name in whole["rows"]}]
+    assert [pathlib.Path(o["out_dir"]).name for o in summary["other_runs"]] == ["then_seed_1"]
+    table = oe_report.table_markdown(summary, curves)
+    assert "Seeds 1, 2 of row 10_nodes_logits come from another run with the same settings but its seeds " \
+           "(`seeds_1_2/`): `c seeds_1_2`" in table

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxcomm import exchange, recipes
+from jaxcomm import exchange, recipes, stats
 from jaxcomm.harness import report, results
 
 EXPERIMENT = "outputs_exchange"
@@ -244,6 +244,9 @@ def _table_2_1(summary: dict, validated: bool) -> list[str]:
     for extra in summary.get("extra_runs", []):
         if extra.get("rows"):
             lines += ["", f"Rows {', '.join(extra['rows'])} come from {_another_run(extra, summary)}."]
+        for name, seeds in (extra.get("seeds") or {}).items():
+            lines += ["", f"Seeds {', '.join(map(str, seeds))} of row {name} come from "
+                      f"{_another_run(extra, summary, 'settings but its seeds')}."]
     return lines
 
 
@@ -428,12 +431,12 @@ def seeds_of(runs: list[dict]) -> str | None:
     return ", ".join(str(s) for s in sorted(seeds)[0]) if len(seeds) == 1 else None
 
 
-def _another_run(extra: dict, summary: dict) -> str:
+def _another_run(extra: dict, summary: dict, same: str = "settings") -> str:
     """Where merged rows or points come from (an entry of ``extra_runs`` of ``summary``); the device is named for
     rows, and for points trained on another device than this run's (one study, two machines)."""
-    named = extra.get("rows") or extra.get("device") != summary.get("device")
+    named = extra.get("rows") or extra.get("seeds") or extra.get("device") != summary.get("device")
     device = f", on {extra['device']}" if named and extra.get("device") else ""
-    return (f"another run with the same settings (`{extra['out_dir']}/`): `{extra['command']}` "
+    return (f"another run with the same {same} (`{extra['out_dir']}/`): `{extra['command']}` "
             f"({extra['wall_seconds']:.0f} s, commit `{extra['git_commit']}`{device})")
 
 
@@ -550,20 +553,63 @@ LEGACY_SETTINGS = {"num_seeds": 1, "validation_size": 0}
 subfolder run from before them does not merge into a run that has them."""
 
 
+SEED_FIELDS = ("seed", "num_seeds")
+"""Config fields a run's rows may be split by, seeds trained by different runs (:func:`merge_runs`)."""
+
+
+def row_of(summary: dict, target: float) -> dict:
+    """A row of Table 2.1 from its seeds' summary (:func:`jaxcomm.recipes.summarize_seeds`, whose ``per_seed`` hold
+    each seed's steps to ``target``): the summary, the target and the median steps over seeds."""
+    return {**summary, "target": target, **{key: stats.median_seed([p[key] for p in summary["per_seed"]])
+                                            for key in ("steps_to_target_avg", "steps_to_target_collective")}}
+
+
+def _merge_seeds(summary: dict, extra: dict) -> dict[str, list[int]] | None:
+    """Merges into ``summary``'s rows the rows of ``extra``, a run that trains otherwise only by its seeds
+    (:data:`SEED_FIELDS`): a row this run lacks is added, a row it has gains ``extra``'s seeds, every number
+    summarised again over all of them, as one run of every seed would (:func:`row_of`). Returns
+    ``{row: the seeds added}``; None (nothing merged) where a row's seeds overlap this run's."""
+    rows = summary["rows"]
+    if any(set(rows[name]["seeds"]) & set(row["seeds"]) for name, row in extra["rows"].items() if name in rows):
+        return None
+    for name, row in extra["rows"].items():
+        if name in rows:
+            steps = ("steps_to_target_avg", "steps_to_target_collective")  # added per seed after the summary
+            per_seed = sorted(zip([*rows[name]["seeds"], *row["seeds"]], [*rows[name]["per_seed"], *row["per_seed"]],
+                                  strict=True))
+            merged = recipes.summarize_seeds([{k: v for k, v in p.items() if k not in steps} for _, p in per_seed],
+                                             [seed for seed, _ in per_seed])
+            merged["per_seed"] = [p for _, p in per_seed]
+            rows[name] = row_of(merged, row["target"])
+        else:
+            rows[name] = row
+    return {name: list(row["seeds"]) for name, row in extra["rows"].items()}
+
+
 def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     """The run in ``out_dir`` plus what runs in its subfolders with the same settings add: study points (points a
     time budget skipped, run afterwards with ``--out DIR/extra rows= study_points=...``), which leave the skipped
     list, and rows this run did not train when it trained some (a table split over runs, e.g. ``rows=...`` in
-    calls of a lent GPU's 10 minutes, the others run with ``--out DIR/more rows=...``). A subfolder run that
-    trains a row this run has, or rows beside a run of studies only, is a rerun, set beside, never merged; one
-    that trains otherwise (a field outside :data:`SELECTION` differs) is listed as ``other_runs``, whose rows the
-    table sets beside this run's."""
+    calls of a lent GPU's 10 minutes, the others run with ``--out DIR/more rows=...``), and the seeds of a run that
+    differs only in them (``seed=S num_seeds=K``: a row too long for one session, trained seed by seed;
+    :func:`_merge_seeds`). A subfolder run that trains a row this run has (the same seeds, or seeds that overlap
+    this run's), or rows beside a run of studies only, is a rerun, set beside, never merged; one that trains
+    otherwise (a field outside :data:`SELECTION` and :data:`SEED_FIELDS` differs) is listed as ``other_runs``,
+    whose rows the table sets beside this run's."""
     summary, curves = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"], summary["reruns"] = [], [], []
     for extra, extra_curves in results.read_runs_below(out_dir, experiment=EXPERIMENT):
         extra["config"] = {**LEGACY_SETTINGS, **extra["config"]}
         if not results.same_settings(summary["config"], extra["config"], selection=SELECTION):
-            summary["other_runs"].append(extra)
+            seeds = (_merge_seeds(summary, extra) if not extra["studies"] and results.same_settings(
+                summary["config"], extra["config"], selection=SELECTION + SEED_FIELDS) else None)
+            if seeds is None:
+                summary["other_runs"].append(extra)
+                continue
+            curves += [c for c in extra_curves if c.get("kind") == "row" and c.get("run") in seeds]
+            summary["extra_runs"].append({"out_dir": pathlib.Path(extra["out_dir"]).name, "command": extra["command"],
+                                          "wall_seconds": extra["wall_seconds"], "git_commit": extra["git_commit"],
+                                          "device": extra.get("device"), "points": [], "rows": [], "seeds": seeds})
             continue
         new_rows = [name for name in extra["rows"] if name not in summary["rows"]] if summary["rows"] else []
         if len(new_rows) < len(extra["rows"]):  # the rows run again with the same settings: set beside

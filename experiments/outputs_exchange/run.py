@@ -10,7 +10,7 @@ import importlib
 import time
 from collections.abc import Sequence
 
-from jaxcomm import data, network, recipes, stats
+from jaxcomm import data, network, recipes
 from jaxcomm.checkpoint import Checkpoints
 from jaxcomm.harness import cli as harness_cli
 from jaxcomm.harness import results
@@ -22,7 +22,7 @@ from .presets import (
     cpu_config,
     study_runs,
 )
-from .report import EXPERIMENT, ROWS, SELECTION, write_report
+from .report import EXPERIMENT, ROWS, SELECTION, row_of, write_report
 
 
 def study_network(config: OutputsExchangeConfig, kwargs: dict) -> network.NetworkConfig:
@@ -71,9 +71,7 @@ def run(config: OutputsExchangeConfig, *, checkpoints: Checkpoints | None = None
                                                                       lambda h: h["avg_accuracy"])
             per_seed["steps_to_target_collective"] = recipes.steps_to_target(
                 history, config.target, lambda h: h["collective_accuracy"]["negentropy"])
-        rows[name] = {**out["summary"], "target": config.target,
-                      **{key: stats.median_seed([p[key] for p in out["summary"]["per_seed"]])
-                         for key in ("steps_to_target_avg", "steps_to_target_collective")}}
+        rows[name] = row_of(out["summary"], config.target)
         curves += [{"kind": "row", **curve} for curve in out["curves"]]
     studies: list[dict] = []
     skipped: list[str] = []
