@@ -592,10 +592,10 @@ def merge_runs(out_dir: pathlib.Path) -> tuple[dict, list[dict]]:
     list, and rows this run did not train when it trained some (a table split over runs, e.g. ``rows=...`` in
     calls of a lent GPU's 10 minutes, the others run with ``--out DIR/more rows=...``), and the seeds of a run that
     differs only in them (``seed=S num_seeds=K``: a row too long for one session, trained seed by seed;
-    :func:`_merge_seeds`). A subfolder run that trains a row this run has (the same seeds, or seeds that overlap
-    this run's), or rows beside a run of studies only, is a rerun, set beside, never merged; one that trains
-    otherwise (a field outside :data:`SELECTION` and :data:`SEED_FIELDS` differs) is listed as ``other_runs``,
-    whose rows the table sets beside this run's."""
+    :func:`_merge_seeds`). A subfolder run that trains a row this run has, or rows beside a run of studies only, is
+    a rerun, set beside, never merged; one that trains otherwise (a field outside :data:`SELECTION` differs, and
+    not only its seeds, or seeds that overlap this run's) is listed as ``other_runs``, whose rows the table sets
+    beside this run's."""
     summary, curves = results.read_run(out_dir)
     summary["extra_runs"], summary["other_runs"], summary["reruns"] = [], [], []
     for extra, extra_curves in results.read_runs_below(out_dir, experiment=EXPERIMENT):
