@@ -245,7 +245,8 @@ def _table_2_1(summary: dict, validated: bool) -> list[str]:
         if extra.get("rows"):
             lines += ["", f"Rows {', '.join(extra['rows'])} come from {_another_run(extra, summary)}."]
         for name, seeds in (extra.get("seeds") or {}).items():
-            lines += ["", f"Seeds {', '.join(map(str, seeds))} of row {name} come from "
+            lines += ["", f"Seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} of row {name} "
+                      f"come{'s' * (len(seeds) == 1)} from "
                       f"{_another_run(extra, summary, 'settings but its seeds')}."]
     return lines
 
