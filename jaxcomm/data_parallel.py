@@ -111,8 +111,10 @@ def make_data_parallel(config: kit.RunConfig, model: nn.Module, *, image_shape: 
     message_bytes = compressor.message_bytes(jax.eval_shape(pop.init_node, jax.random.PRNGKey(0)).params)
     built = pop.built_with(kit.one_model(n, init=memory, reduce=all_reduce,
                                          traffic=traffic_of(pop.num_params, message_bytes, dense=dense, summed=summed)))
+    # one model per run: 8 sync SGD runs vmapped ran 2.11x one by one, run by run 1.40x (results/benchmark/sweep_arms/;
+    # compressors and PowerSGD share the structure, not measured)
     return built.extended(DataParallel, message_bytes=message_bytes, num_params=pop.num_params, dense=dense,
-                          summed=summed)
+                          summed=summed, sweep_mode="population")
 
 
 def sync_sgd(compressor: compression.Compressor | powersgd.CollectiveCompressor | None = None, *,
@@ -126,10 +128,8 @@ def sync_sgd(compressor: compression.Compressor | powersgd.CollectiveCompressor 
                                   compressor=compressor)
 
     dense = compressor is None
-    # one model per run: 8 sync SGD runs vmapped ran 2.11x one by one, run by run 1.40x (results/benchmark/sweep_arms/;
-    # compressors and PowerSGD share the structure, not measured)
     return methods.Method(name or ("sync_sgd" if dense else f"{compressor.name}_sgd"), build,
-                          family="sync" if dense else "compressed", score="model", sweep_mode="population")
+                          family="sync" if dense else "compressed", score="model")
 
 
 def train_data_parallel(

@@ -362,6 +362,9 @@ class Built:
       waits: what the nodes wait for (:class:`jaxcomm.pace.Waits`), for a run at its own pace.
       readings: as :class:`Communicator`.
       divergence: the driver's divergence watch (:data:`jaxcomm.driver.DIVERGENCE`).
+      sample_bytes: 0: the kit's methods send parameters, gradients or logits, no inputs.
+      sweep_mode: what a sweep runs under ``mode="auto"`` (:class:`jaxcomm.methods.Built`): "auto", or the mode a
+        method measured faster for its runs.
     """
 
     config: RunConfig
@@ -378,6 +381,8 @@ class Built:
     waits: pace.Waits = pace.NOTHING
     readings: Callable | None = None
     divergence: float | None = driver.DIVERGENCE
+    sample_bytes: int = 0
+    sweep_mode: str = "auto"
 
     @property
     def traffic(self) -> tuple[ledger.Round, ...]:

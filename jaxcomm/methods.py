@@ -92,6 +92,12 @@ class Built(Protocol):
       uplink_bytes: ``uplink_bytes(state) -> [N] | None``: bytes of the asynchronous message copies each node has
         sent (output sharing's, with ``message_bytes`` the bytes of one), which its uplink's busy time prices;
         None: none (a method of rounds).
+      family: the speed family its backend was chosen for (:func:`jaxcomm.speed.family_of`; None: none).
+      sample_bytes: bytes of one input as held (a uint8 image), what a message's inputs cost; 0: it sends no inputs.
+      sweep_mode: what :func:`sweep` runs under ``mode="auto"``: "auto" follows the device and the nodes
+        (:func:`jaxcomm.sweep.choose_mode`: run by run on a CPU); "sequential" or "population" where measured
+        faster for this method (synchronous SGD, one shared model per run, as one population:
+        ``results/benchmark/sweep_arms/``).
     """
 
     config: kit.RunConfig
@@ -106,6 +112,9 @@ class Built(Protocol):
     traffic: tuple[ledger.Round, ...] | Callable
     waits: pace.Waits
     hyper: Mapping[str, float]
+    family: str | None
+    sample_bytes: int
+    sweep_mode: str
 
     def models_of(self, state) -> Any: ...
 
@@ -151,10 +160,6 @@ class Method(NamedTuple):
         learning rate only where it declares ``per_run`` naming it).
       configure: ``configure(config) -> config``: what the method sets in the config it is given (gossip's ring
         and period); None: nothing.
-      sweep_mode: what :func:`sweep` runs under ``mode="auto"``: "auto" follows the device and the nodes
-        (:func:`jaxcomm.sweep.choose_mode`: run by run on a CPU); "sequential" or "population" where measured
-        faster for this method (synchronous SGD, one shared model per run, as one population:
-        ``results/benchmark/sweep_arms/``).
       hyper: the method's own hyperparameters that are data of its step, with their values (``{"fraction": 0.01}``):
         the step reads ``data.settings.hyper[name]``, so :func:`train` and :func:`sweep` may set them per run
         (``hyper=``) under one compiled step.
@@ -171,7 +176,6 @@ class Method(NamedTuple):
     score: str = "collective"
     per_run: tuple[str, ...] = KIT_PER_RUN
     configure: Callable | None = None
-    sweep_mode: str = "auto"
     hyper: Mapping[str, float] | None = None
     build_keywords: tuple[str, ...] = ()
     own: OwnPopulation | None = None
@@ -444,7 +448,7 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
       method: the method.
       configs: the R runs; they may differ in ``method.per_run`` fields only (else ValueError naming the field).
       mode: "population" (one population of R x N nodes, the step vmapped over runs), "sequential" (run by run,
-        one compiled step), or "auto": the method's ``sweep_mode`` where it names one, else run by run on a CPU
+        one compiled step), or "auto": the built run's ``sweep_mode`` where it names one, else run by run on a CPU
         and one population on an accelerator (:func:`jaxcomm.sweep.choose_mode`).
       hyper: values of the method's own hyperparameters (:attr:`Method.hyper`): one mapping for every run, or one
         per run (e.g. SPARTA's fraction over 0.001-0.05 as one sweep).
@@ -489,8 +493,8 @@ def sweep(method: Method, configs: Sequence[kit.RunConfig], model: nn.Module, da
         pace=None if tl is None else tl.rows()) for c, h, tl in zip(configs, values, timelines, strict=True)]
     initial = method.own.initial if method.own else (lambda b, c, r: b.init(jax.random.PRNGKey(c.seed)))
     states = [initial(b, c, r) for r, (b, c) in enumerate(zip(builts, configs, strict=True))]
-    mode = sweeps.choose_mode(first.backend, method.sweep_mode if mode == "auto" else mode, first.step_loop,
-                              getattr(first, "family", None))
+    mode = sweeps.choose_mode(first.backend, first.sweep_mode if mode == "auto" else mode, first.step_loop,
+                              first.family)
     results = sweeps.train_runs([_system(method, b, dataset, eval_split, cluster, tl)
                                  for b, tl in zip(builts, timelines, strict=True)], states, datas,
                                 [c.seed for c in configs], mode=mode,
@@ -511,5 +515,5 @@ def bytes_of(result: dict, *, data_model: str | None = None, encoding: str = "ra
     validation.require(encoding in ledger.ENCODINGS, "encoding", f"one of {ledger.ENCODINGS}", encoding)
     if encoding == "raw":
         return record
-    raw = getattr(result["built"], "sample_bytes", 0) or 1  # a method that sends no inputs books none
+    raw = result["built"].sample_bytes or 1  # a method that sends no inputs books none
     return ledger.encoded(record, raw_per_input=raw, stored_per_input=data.stored_bytes_per_image(dataset))

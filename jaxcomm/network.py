@@ -432,6 +432,7 @@ class Network:
       bottleneck: at its own pace, the cluster's shared bottleneck (or None).
       hyper: no hyperparameters of a method (the network's are its config's).
       readings: None: no readings of its own.
+      sweep_mode: "auto": a sweep of networks runs as the device decides (:func:`jaxcomm.sweep.choose_mode`).
     """
 
     config: NetworkConfig
@@ -454,6 +455,7 @@ class Network:
     bottleneck: Any = None
     hyper: Mapping[str, float] = dataclasses.field(default_factory=dict)
     readings: Callable | None = None
+    sweep_mode: str = "auto"
 
     @property
     def layout(self) -> driver.Layout | None:

@@ -34,7 +34,7 @@ and for the eager step loop anywhere; "population" on an accelerator (one H100 r
 CNN sweeps 1.2-1.8x faster as one population). Without a family, the node backend
 decides off the CPU: "sequential" under "unrolled"/"loop". A method whose runs
 share one model per run (synchronous SGD) names "population" itself
-(:attr:`jaxcomm.methods.Method.sweep_mode`).
+(:attr:`jaxcomm.methods.Built.sweep_mode`).
 
 References:
   Lacaille (2018), §2.3 (Table 2.1: six rows, here times seeds).
