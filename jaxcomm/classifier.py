@@ -186,7 +186,7 @@ class ShardData(NamedTuple):
       labels: ``[M] int32``.
       shard_indices: ``[N, S] int32`` rows of node n's shard (padded).
       shard_sizes: ``[N] int32`` real sizes; node n samples positions < size.
-      settings: the run's numbers a sweep may vary (:class:`jaxcomm.network.Settings`), float32 scalars.
+      settings: the run's numbers a sweep may vary (:class:`jaxcomm.kit.RunSettings`), float32 scalars.
       pace: the timeline's rows of a run at its own pace (:class:`jaxcomm.pace.Rows`, ``[T, ...]``), read by the
         step one tick at a time: data of the run, so no step carries them, no checkpoint stores them and a sweep
         maps them as it maps the shards; None: lockstep.

@@ -213,37 +213,19 @@ def as_network_config(config: kit.RunConfig, **sharing) -> NetworkConfig:
     return NetworkConfig(**{name: getattr(config, name) for name in kit.RUN_FIELDS}, **sharing)
 
 
-class Settings(NamedTuple):
-    """The numbers of a run that a sweep may vary from run to run, read by the step as data.
-
-    Float32 scalars for one run (:func:`settings`), ``[R]`` arrays for the R runs of a
-    sweep (:mod:`jaxcomm.sweep`): one compiled step serves every value.
-
-    Attributes:
-      consume_prob: p_c.
-      broadcast_prob: p_b.
-      failure_prob: q.
-      failure_steps: D, mean steps a failed node stays down.
-      temperature: tau of the soft labels of the named content "logits".
-      consumed_weight: scale of the loss on consumed data.
-      learning_rate: Adam's step size (the peak of a cosine schedule).
-    """
-
-    consume_prob: jax.Array
-    broadcast_prob: jax.Array
-    failure_prob: jax.Array
-    failure_steps: jax.Array
-    temperature: jax.Array
-    consumed_weight: jax.Array
-    learning_rate: jax.Array
+SHARING_SETTINGS = ("broadcast_prob", "consume_prob", "consumed_weight", "failure_prob", "failure_steps", "temperature")
+"""Output sharing's numbers that its step reads as data (``settings.hyper[name]``, under their config names), so a
+sweep may vary them run by run under one compiled step: p_b, p_c, the scale of the loss on consumed data, q, D (mean
+steps a failed node stays down) and tau of the soft labels of the named content "logits"."""
 
 
-def settings(config: NetworkConfig) -> Settings:
-    """A config's :class:`Settings`, float32 scalars."""
-    return Settings(*(np.float32(getattr(config, name)) for name in Settings._fields))
+def settings(config: NetworkConfig) -> kit.RunSettings:
+    """A config's :class:`jaxcomm.kit.RunSettings`, float32 scalars: the kit's one type of the numbers a step reads
+    as data, the learning rate and, as ``hyper``, :data:`SHARING_SETTINGS`."""
+    return kit.settings(config, {name: getattr(config, name) for name in SHARING_SETTINGS})
 
 
-NetworkData = classifier.ShardData  # the arrays a network step reads (images, labels, shards, Settings)
+NetworkData = classifier.ShardData  # the arrays a network step reads (images, labels, shards, RunSettings)
 
 
 class NetworkState(NamedTuple):
@@ -340,7 +322,7 @@ class NodeProgram(NamedTuple):
 
 
 def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: tuple[int, ...], num_classes: int,
-                       exchange: exchanges.Exchange | None = None, tuned: Settings | None = None) -> NodeProgram:
+                       exchange: exchanges.Exchange | None = None, tuned: kit.RunSettings | None = None) -> NodeProgram:
     """The thesis' supervised node: cross-entropy on local labels, the exchange's loss on consumed data.
 
     Args:
@@ -351,11 +333,11 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
       image_shape: ``(H, W, C)`` of one image.
       num_classes: C.
       exchange: what messages carry (default :func:`jaxcomm.exchange.named` of the config).
-      tuned: :class:`Settings` whose ``consumed_weight``, ``learning_rate`` and
-        ``temperature`` replace the config's (traced values inside a step).
+      tuned: :func:`settings` whose ``learning_rate`` and ``hyper`` ``consumed_weight`` and ``temperature``
+        replace the config's (traced values inside a step).
     """
     tuned = tuned or settings(config)
-    exchange = exchange or exchanges.named(config.content, temperature=tuned.temperature)
+    exchange = exchange or exchanges.named(config.content, temperature=tuned.hyper["temperature"])
     optimizer = optax.adam(learning_rate(config, tuned.learning_rate))
     payload_dim = int(exchange.payload_dim(num_classes, feature_dim(model, image_shape)))
     apply = in_dtype(functools.partial(apply_classifier, model), config.compute_dtype)
@@ -366,7 +348,7 @@ def classifier_program(config: NetworkConfig, model: nn.Module, *, image_shape: 
         loss = cross_entropy(logits, local_targets)
         if not exchange.sends:
             return loss, (model_state, payload)
-        received = tuned.consumed_weight * exchange.loss(logits, features, payload)
+        received = tuned.hyper["consumed_weight"] * exchange.loss(logits, features, payload)
         loss = jnp.where(consumed, received, loss)
         # What this node would broadcast about the batch it just trained on.
         outgoing = exchange.outgoing(logits, features, local_targets, payload, consumed,
@@ -384,10 +366,10 @@ class _SettingsTrain:
     :func:`jaxcomm.population.lift_train` takes: ``(settings, node, images, local_targets, payload, consumed, key[,
     alive])``, a failed node keeping its state."""
 
-    program_for: Callable[[Settings], NodeProgram]
+    program_for: Callable[[kit.RunSettings], NodeProgram]
     failures: bool
 
-    def gradients(self, tuned: Settings, node, *args):
+    def gradients(self, tuned: kit.RunSettings, node, *args):
         return self.program_for(tuned).train.gradients(node, *(args[:-1] if self.failures else args))
 
     def update(self, args: tuple, grads, model_state):
@@ -488,17 +470,17 @@ class Network:
 def failure_process(config: NetworkConfig) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """``failures(up [N], step [], key, tuned) -> (up, alive)``: random outages evolve, then the schedule applies.
 
-    An up node goes down with probability ``tuned.failure_prob``, a down one comes back with
-    ``1 / tuned.failure_steps`` (:class:`Settings`); ``alive`` also removes the nodes of the config's
+    An up node goes down with probability ``tuned.hyper["failure_prob"]``, a down one comes back with
+    ``1 / tuned.hyper["failure_steps"]`` (:func:`settings`); ``alive`` also removes the nodes of the config's
     ``failure_schedule`` for this step.
     """
     n = config.num_nodes
     schedule = np.asarray(config.failure_schedule, np.int32).reshape(-1, 3)
 
-    def failures(up: jax.Array, step: jax.Array, key: jax.Array, tuned: Settings) -> tuple[jax.Array, jax.Array]:
+    def failures(up: jax.Array, step: jax.Array, key: jax.Array, tuned: kit.RunSettings) -> tuple[jax.Array, jax.Array]:
         k_down, k_back = jax.random.split(key)
-        down = jax.random.bernoulli(k_down, tuned.failure_prob, (n,))
-        back = jax.random.bernoulli(k_back, 1.0 / tuned.failure_steps, (n,))
+        down = jax.random.bernoulli(k_down, tuned.hyper["failure_prob"], (n,))
+        back = jax.random.bernoulli(k_back, 1.0 / tuned.hyper["failure_steps"], (n,))
         up = jnp.where(up, ~down, back)
         out = (schedule[:, 1] <= step) & (step < schedule[:, 2])  # [outages]
         scheduled = jnp.zeros((n,), bool).at[schedule[:, 0]].max(out)
@@ -540,11 +522,11 @@ def _check_network(config: NetworkConfig, model: nn.Module | NodeProgram, exchan
 
 
 def _program_maker(config: NetworkConfig, model: nn.Module | NodeProgram, *, image_shape: tuple[int, ...],
-                   num_classes: int, exchange: exchanges.Exchange | None) -> Callable[[Settings], NodeProgram]:
-    """``program_for(tuned) -> NodeProgram``: ``model``'s node program under a run's :class:`Settings`, traced
+                   num_classes: int, exchange: exchanges.Exchange | None) -> Callable[[kit.RunSettings], NodeProgram]:
+    """``program_for(tuned) -> NodeProgram``: ``model``'s node program under a run's :func:`settings`, traced
     inside the step so that one compile serves a sweep. ``exchange`` None: the config's named content."""
 
-    def program_for(tuned: Settings) -> NodeProgram:
+    def program_for(tuned: kit.RunSettings) -> NodeProgram:
         if isinstance(model, NodeProgram):
             return model
         # By name, classifier_program builds the config's content at the run's (traced) temperature.
@@ -565,14 +547,14 @@ def _choose_backend(config: NetworkConfig, program: NodeProgram, *, image_shape:
     return classifier.choose_backend(config, program.train, program.init, node_args, family=program.family)
 
 
-def _node_steps(program: NodeProgram, program_for: Callable[[Settings], NodeProgram], *, failing: bool, backend: str,
-                own_pace: Any, num_nodes: int) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+def _node_steps(program: NodeProgram, program_for: Callable[[kit.RunSettings], NodeProgram], *, failing: bool,
+                backend: str, own_pace: Any, num_nodes: int) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
     """``(node_step, held_step)``: ``program``'s train step lifted to N nodes, ``node_step(tuned, nodes, images
     [N, B, H, W, C], local_targets [N, B, C], payload [N, B, D], consumed [N], keys [N][, alive [N]])`` (``alive``
     where nodes fail: a failed node keeps its parameters and optimiser state); ``held_step(due [N], ...)``, the
     same for a run at its own pace (the nodes not due hold), None in lockstep."""
 
-    def node_train(tuned: Settings, node, *args):
+    def node_train(tuned: kit.RunSettings, node, *args):
         if not failing:
             return program_for(tuned).train(node, *args)
         *args, alive = args
@@ -693,8 +675,8 @@ def _make_step(config: NetworkConfig, exchange: exchanges.Exchange, graph_fn: to
     def step(state: NetworkState, data: NetworkData) -> tuple[NetworkState, StepInfo]:
         tuned = data.settings
         keys = streams.step_keys(state.key, failures=failures is not None, augment=config.augment)
-        want = jax.random.bernoulli(keys.consume, tuned.consume_prob, (n,))
-        broadcast = jax.random.bernoulli(keys.broadcast, tuned.broadcast_prob, (n,))
+        want = jax.random.bernoulli(keys.consume, tuned.hyper["consume_prob"], (n,))
+        broadcast = jax.random.bernoulli(keys.broadcast, tuned.hyper["broadcast_prob"], (n,))
         up, alive, box = state.up, state.alive, state.inbox
         if failures is not None:
             up, alive = failures(state.up, state.step, keys.failures, tuned)
@@ -711,8 +693,8 @@ def _make_step(config: NetworkConfig, exchange: exchanges.Exchange, graph_fn: to
         indices, transit = local, state.transit
         if sends:
             box, transit, indices, payload, got, source = _receive(
-                state, box, want & (tuned.consume_prob > 0), local, link_seconds=link_seconds, bottleneck=bottleneck,
-                message_bytes=message_bytes)
+                state, box, want & (tuned.hyper["consume_prob"] > 0), local, link_seconds=link_seconds,
+                bottleneck=bottleneck, message_bytes=message_bytes)
         images = classifier.gather(data, indices, keys.augment)  # [N, B, H, W, C] uint8
         node_args = (tuned, state.nodes, images, local_targets, payload, got, jax.random.split(keys.nodes, n),
                      *((alive,) if failures is not None else ()))
@@ -823,7 +805,7 @@ def make_network(
 
 def network_data(dataset: ImageDataset, config: NetworkConfig) -> NetworkData:
     """Partitions the training split into N shards and puts everything on the device (the run's
-    :class:`Settings` beside them)."""
+    :func:`settings` beside them)."""
     return classifier.shard_data(dataset, config, settings(config))
 
 
@@ -926,7 +908,7 @@ def bytes_record(network: Network, state: NetworkState, steps_done: int, *, data
 # --------------------------------------------------------------------------- the network's runs in a sweep
 
 # Fields runs may vary: data of the one compiled step (see the module docstring).
-PER_RUN = ("seed", "partition", "dirichlet_alpha", *Settings._fields)
+PER_RUN = ("seed", "partition", "dirichlet_alpha", "learning_rate", *SHARING_SETTINGS)
 # Graph fields, which may vary only while every run's graph is static (its adjacency then lives in the state).
 GRAPH_FIELDS = ("topology", "num_neighbours", "redraw_every")
 

@@ -8,8 +8,8 @@ structure, and imports no system and re-exports none. :func:`jaxcomm.methods.swe
 A table's rows times its seeds are runs of the same shape: same number of nodes,
 model, exchange, batch size, inbox and schedule. A sweep trains
 them with ONE compiled step. What may differ from run to run is data to that
-step: the seed (shards, initialisation, every draw), the :class:`jaxcomm.network.Settings`
-(p_c, p_b, q, D, tau, consumed weight, learning rate), the partition and a
+step: the seed (shards, initialisation, every draw), the :class:`jaxcomm.kit.RunSettings`
+(the learning rate; a method's ``hyper``: output sharing's p_c, p_b, q, D, tau, consumed weight), the partition and a
 static graph (a per-run adjacency, or a named static topology). Every other field
 of :class:`jaxcomm.network.NetworkConfig` is structure, and a sweep whose runs
 disagree on one is refused with an error naming the field.
