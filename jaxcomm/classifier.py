@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcomm import decision, driver, pace, population, speed, validation
+from jaxcomm import compiling, decision, driver, pace, population, speed, validation
 from jaxcomm.data import ImageDataset, partition
 from jaxcomm.exchange import cross_entropy
 from jaxcomm.models import to_unit_float
@@ -121,9 +121,9 @@ def classifier_init(model: nn.Module, optimizer: optax.GradientTransformation,
     check_classifier(model, image_shape)
     try:
         hash(model)  # flax modules are hashable by their fields: equal models share one compiled init
-        model_init = functools.partial(_model_variables, model, image_shape=tuple(image_shape))
+        model_init = functools.partial(_model_variables(), model, image_shape=tuple(image_shape))
     except TypeError:  # a field that is not hashable (a list): compiled once for this build
-        model_init = jax.jit(functools.partial(_variables, model, image_shape=tuple(image_shape)))
+        model_init = compiling.nestable(functools.partial(_variables, model, image_shape=tuple(image_shape)))
 
     def init_node(key: jax.Array) -> population.NodeState:
         variables = dict(model_init(key))
@@ -140,7 +140,9 @@ def _variables(model: nn.Module, key: jax.Array, *, image_shape: tuple[int, ...]
 # One compiled program, shared by every build of an equal model (a method built once per run, one by one, compiles
 # it once): op by op, a model's init compiles each initializer's ops eagerly (seconds for the student MLP, ~10 s for
 # the CNN on a CPU) and dispatches them again for every run; compiled, the same bits (tests/test_classifier.py).
-_model_variables = jax.jit(_variables, static_argnums=0, static_argnames="image_shape")
+@functools.cache
+def _model_variables() -> Callable:
+    return compiling.nestable(_variables, static_argnums=0, static_argnames="image_shape")
 
 
 def classifier_loss(model: nn.Module, compute_dtype: str = "float32") -> Callable:

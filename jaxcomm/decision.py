@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcomm import compiling
+
 __all__ = [
     "WEIGHTINGS",
     "entropy",
@@ -355,10 +357,14 @@ def accuracies(
     """
     probs, mask = _check(probs, mask)
     labels = _check_labels(labels, probs.shape[1:-1])
-    return _accuracies(probs, labels, mask)
+    return _accuracies()(probs, labels, mask)
 
 
-@jax.jit
-def _accuracies(probs: jax.Array, labels: jax.Array, mask: jax.Array):
+@functools.cache
+def _accuracies():
+    return compiling.nestable(_accuracies_of)
+
+
+def _accuracies_of(probs: jax.Array, labels: jax.Array, mask: jax.Array):
     return _node_accuracies(probs, labels), {
         w: _accuracy(_collective_decision(probs, w, mask), labels) for w in WEIGHTINGS}

@@ -46,7 +46,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
-from jaxcomm import curves
+from jaxcomm import compiling, curves
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.population import to_host, where
 
@@ -442,7 +442,7 @@ def scan_steps(step_fn: Callable, summarize: Callable = _identity, donate: bool 
 
         return jax.lax.scan(body, state, None, length=length)
 
-    return jax.jit(run, static_argnums=2, donate_argnums=0 if donate else ())
+    return compiling.jit(run, static_argnums=2, donate_argnums=0 if donate else ())
 
 
 def dispatch_steps(step_fn: Callable, summarize: Callable = _identity, *,
@@ -501,7 +501,7 @@ def _summarized(step_fn: Callable, summarize: Callable) -> Callable:
 @functools.lru_cache(maxsize=32)
 def _jitted_step(step_fn: Callable, summarize: Callable, donate: bool = False) -> Callable:
     """One jitted step (summarized), cached like :func:`scan_steps`."""
-    return jax.jit(_summarized(step_fn, summarize), donate_argnums=0 if donate else ())
+    return compiling.jit(_summarized(step_fn, summarize), donate_argnums=0 if donate else ())
 
 
 def own_buffers(tree):

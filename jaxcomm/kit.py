@@ -39,7 +39,7 @@ import optax
 from flax.core import FrozenDict
 from jax.flatten_util import ravel_pytree
 
-from jaxcomm import bandwidth, classifier, driver, ledger, pace, population, speed, streams, topology
+from jaxcomm import bandwidth, classifier, compiling, driver, ledger, pace, population, speed, streams, topology
 from jaxcomm.exchange import DATA_MODELS
 from jaxcomm.validation import is_int, is_real, named_fields, require
 
@@ -700,8 +700,8 @@ def nodes(config: RunConfig, model: nn.Module, *, image_shape: tuple[int, ...], 
     if static_graph:
         require(not dynamic, "topology", "a static graph (this method reads one graph for the whole run)",
                 config.topology)
-    predict = jax.jit(population.lift(classifier.classifier_predict(model, config.compute_dtype), backend=backend,
-                                      in_axes=(0, None)))
+    node_predict = classifier.classifier_predict(model, config.compute_dtype)
+    predict = compiling.nestable(population.lift(node_predict, backend=backend, in_axes=(0, None)))
     in_axes = (None, *([0] * (4 + len(extra_args))))  # the learning rate, the node, images, targets, extra, key
     train_nodes = population.lift_train(tuned, backend=backend, in_axes=in_axes)
     return Population(config, num_classes, init_node, train_nodes, predict,

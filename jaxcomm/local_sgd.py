@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcomm import classifier, driver, kit, ledger, methods, pace, population
+from jaxcomm import classifier, compiling, driver, kit, ledger, methods, pace, population
 from jaxcomm.checkpoint import Checkpointer
 from jaxcomm.data import ImageDataset
 from jaxcomm.validation import is_real, require
@@ -158,7 +158,8 @@ def make_local_sgd(config: kit.RunConfig, model: nn.Module, *, image_shape: tupl
         traffic=(ledger.Round("allreduce", 4.0 * pop.num_params, every=sync_every),), same_start=True,
         models_of=(lambda state: state.extra) if quorum is None else (lambda state: state.extra[0]),
         stacked=False))  # nodes read together only at a round's end
-    predict = jax.jit(population.lift(classifier.classifier_predict(model), backend="loop", in_axes=(0, None)))
+    node_predict = classifier.classifier_predict(model)
+    predict = compiling.nestable(population.lift(node_predict, backend="loop", in_axes=(0, None)))
     return built.extended(LocalSGD, predict=predict, sync_every=sync_every, num_params=pop.num_params)
 
 

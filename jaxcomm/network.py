@@ -53,6 +53,7 @@ from jaxcomm import (
     bandwidth,
     classifier,
     clock,
+    compiling,
     driver,
     inbox,
     kit,
@@ -783,7 +784,7 @@ def make_network(
     graph_fn, dynamic = graph_of(config, graph)
     backend, step_loop, family = _choose_backend(config, program, image_shape=image_shape, num_classes=num_classes)
     predict = population.lift(program.predict, backend=backend, in_axes=(0, None))
-    predict = predict if step_loop == "eager" else jax.jit(predict)
+    predict = predict if step_loop == "eager" else compiling.nestable(predict)
     failures = failure_process(config) if config.has_failures else None
     node_step, held_step = _node_steps(program, program_for, failing=failures is not None, backend=backend,
                                        own_pace=own_pace, num_nodes=config.num_nodes)

@@ -58,7 +58,7 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcomm import driver, population
+from jaxcomm import compiling, driver, population
 from jaxcomm.population import AUTO, BACKENDS
 
 UNROLL_LIMIT = 64  # "auto" never unrolls more nodes than this: compile time grows with N
@@ -283,7 +283,7 @@ def _timing_nodes(step: Callable, init: Callable, state_shape: Any, num_nodes: i
         if population.held_apart(backend, step_loop):  # as the driver holds them through a chunk
             nodes = population.unstack(nodes)
         # donated and compiled ahead, as for a scan (:func:`_timing_run`)
-        call = jax.jit(step, donate_argnums=0).lower(nodes).compile()
+        call = compiling.jit(step, donate_argnums=0).lower(nodes).compile()
     return nodes, call
 
 
@@ -293,7 +293,7 @@ def _timing_run(step_loop: str, step: Callable, call: Callable | None, length: i
     if step_loop == "scan":
         # donated, as the driver runs every step and chunk (the pair timed is the pair trained); compiled ahead of
         # the first call, which is then timed: a slow pair costs its compile and one step
-        return jax.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
+        return compiling.jit(lambda nodes: jax.lax.scan(lambda c, _: (step(c), None), nodes, None,
                                                   length=length)[0], donate_argnums=0).lower(nodes).compile()
 
     def run(nodes):

@@ -29,10 +29,10 @@ def test_a_compiled_init_equals_the_init_called_eagerly(model, shape):
 
 def test_equal_models_share_one_compiled_init_and_an_unhashable_one_still_inits():
     key = jax.random.PRNGKey(0)
-    before = classifier._model_variables._cache_size()
+    before = classifier._model_variables()._cache_size()
     first = classifier.classifier_init(MLP(hidden=(12,)), optax.adam(1e-3), (8, 8, 1))(key)
     again = classifier.classifier_init(MLP(hidden=(12,)), optax.sgd(0.1), (8, 8, 1))(key)  # a build of its own
-    assert classifier._model_variables._cache_size() == before + 1  # one build per run, one by one: one compile
+    assert classifier._model_variables()._cache_size() == before + 1  # one build per run, one by one: one compile
     np.testing.assert_array_equal(first.params["Dense_0"]["kernel"], again.params["Dense_0"]["kernel"])
     listed = classifier.classifier_init(MLP(hidden=[12]), optax.adam(1e-3), (8, 8, 1))(key)  # a list: not hashable
     np.testing.assert_array_equal(first.params["Dense_0"]["kernel"], listed.params["Dense_0"]["kernel"])
