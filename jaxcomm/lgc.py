@@ -46,11 +46,13 @@ be checked):
   its values at the leader's top-k coordinates (the leader sends them, sorted, ``4 k`` bytes), and the
   autoencoder trains on the messages restricted to the leader's coordinates. The leader is node ``step mod N``
   (the load rotates; the re-implementation fixes one node);
-* the autoencoder (the paper's lightweight 1-D convolutional design): :class:`Encoder`, four convolutions of
-  kernel 3 and stride 2 of widths ``(w, 2w, 4w, w)`` with leaky ReLU and a 1x1 convolution to ``code_channels``
-  channels, so the code is ``code_channels x ceil(k / 16)`` floats (``k / 4`` for the paper's 4 channels);
-  :class:`Decoder`, four transposed convolutions of widths ``(w/2, w, 2w, w/2)`` and a 1x1 convolution (on the
-  parameter server with the innovation as one more input channel). ``w = 64`` is the re-implementation's;
+* the autoencoder (the paper's lightweight 1-D convolutional design, :mod:`jaxcomm.models.gradient_coder`):
+  :class:`~jaxcomm.models.gradient_coder.Encoder`, four convolutions of kernel 3 and stride 2 of widths
+  ``(w, 2w, 4w, w)`` with leaky ReLU and a 1x1 convolution to ``code_channels`` channels, so the code is
+  ``code_channels x ceil(k / 16)`` floats (``k / 4`` for the paper's 4 channels);
+  :class:`~jaxcomm.models.gradient_coder.Decoder`, four transposed convolutions of widths ``(w/2, w, 2w, w/2)`` and a
+  1x1 convolution (on the parameter server with the innovation as one more input channel). ``w = 64`` is the
+  re-implementation's;
 * scale: every node's values are coded divided by the RMS of the leader's (one float32 the leader sends with its
   coordinates), so the codes of all nodes are in one unit and the ring's sum of codes is a sum of like terms;
 * where it runs: the exchanges are all-gathers, every node decoding what it receives (as the kit's compressed SGD
@@ -90,50 +92,12 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jaxcomm import bandwidth, compression, kit, ledger, methods, pace, population, streams
+from jaxcomm.models.gradient_coder import Decoder, Encoder
 from jaxcomm.validation import is_int, is_real, require
 
 DOWNSAMPLE = 16  # the encoder's four stride-2 convolutions
 SIMILARITY = 0.5  # the parameter server's loss: 0.5 reconstruction + 0.5 similarity of the nodes' codes
 FLOAT_BYTES = INDEX_BYTES = 4
-
-
-class Encoder(nn.Module):
-    """LGC's encoder: values ``[k]`` -> code ``[ceil(k / 16), channels]``.
-
-    Attributes:
-      widths: of the four convolutions (kernel 3, stride 2, leaky ReLU).
-      channels: of the code (a 1x1 convolution).
-    """
-
-    widths: tuple[int, ...]
-    channels: int
-
-    @nn.compact
-    def __call__(self, values: jax.Array) -> jax.Array:
-        h = values[:, None]
-        for width in self.widths:
-            h = nn.leaky_relu(nn.Conv(width, (3,), strides=(2,))(h))
-        return nn.Conv(self.channels, (1,))(h)
-
-
-class Decoder(nn.Module):
-    """LGC's decoder: code ``[L, channels]`` (and a side input ``[k]``, the innovation) -> values ``[k]``.
-
-    Attributes:
-      widths: of the four transposed convolutions (kernel 3, stride 2, leaky ReLU), then a 1x1 convolution.
-      length: k.
-    """
-
-    widths: tuple[int, ...]
-    length: int
-
-    @nn.compact
-    def __call__(self, code: jax.Array, side: jax.Array | None = None) -> jax.Array:
-        h = code
-        for width in self.widths:
-            h = nn.leaky_relu(nn.ConvTranspose(width, (3,), strides=(2,))(h))
-        h = h[: self.length] if side is None else jnp.concatenate([h[: self.length], side[:, None]], axis=-1)
-        return nn.Conv(1, (1,))(h)[:, 0]
 
 
 class LGCState(NamedTuple):
