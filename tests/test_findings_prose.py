@@ -311,6 +311,20 @@ def _time_frontier_retimed():
     return (*_time_links("time_frontier/retimed", ("osgp_1", "diloco_h10")), steps.pop() * 1e3)
 
 
+def _time_frontier_5000():
+    from experiments.time_frontier.report import fastest, swapped  # noqa: PLC0415
+
+    links = summary("time_frontier/horizon_5000")["links"]
+    assert fastest(links["datacenter"]["rows"]) == ["sync_sgd"]
+    assert fastest(links["lan_1g"]["rows"]) == ["diloco_h50"]
+    assert fastest(links["wan_100m"]["rows"]) == ["true_labels_shared"]
+    pairs = [len(swapped(link["rows"])) for link in links.values()]
+    sizes = {len(link["rows"]) * (len(link["rows"]) - 1) // 2 for link in links.values()}
+    steps = {link["seconds_per_step"] for link in links.values()}
+    assert len(sizes) == len(steps) == 1
+    return max(pairs), sizes.pop(), steps.pop() * 1e3
+
+
 def _own_pace_comparisons(other: str) -> dict[str, dict]:
     """Output sharing minus ``other`` in every condition that has the comparison (a stopped row has none)."""
     return {condition: c for condition, table in summary("own_pace")["tables"].items()
@@ -551,6 +565,9 @@ FINDINGS = [
     Finding(R, "time_frontier/retimed", "fastest to the target: overlap SGP and DiLoCo H 10 on the datacenter link, "
             "DiLoCo H 10 on the LAN, isolated nodes on the WAN; bytes and time disagree on up to {} of {} pairs; at a "
             "{:.2f} ms step the WAN's uplink holds output sharing back", _time_frontier_retimed),
+    Finding(R, "time_frontier/horizon_5000", "fastest to the target: synchronous SGD on the datacenter link, DiLoCo H "
+            "50 on the LAN, true labels under shared data on the WAN; bytes and time disagree on up to {} of {} pairs; "
+            "a {:.2f} ms step", _time_frontier_5000),
     Finding(R, "own_pace", "output sharing ahead of isolated nodes in all {} conditions after Holm over {} comparisons "
             "at {} seeds; it beats every waiting method in all {} WAN conditions and SGP, timed by its push, in all "
             "{} where it trains; quorum DiLoCo leads on the LAN; SGP and OSGP diverge under churn on the LAN",
