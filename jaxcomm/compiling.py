@@ -44,9 +44,10 @@ def nestable(fun: Callable, **kwargs) -> Callable:
     """:func:`jit` where called with concrete arguments, ``jax.jit(fun, **kwargs)`` inside another program's trace
     (a model's init inside a population's, a predict inside research code's jit), where the outer program's options
     apply."""
-    compiled, inline = jit(fun, **kwargs), jax.jit(fun, **kwargs)
-    if options() is None:
+    inline, chosen = jax.jit(fun, **kwargs), options()
+    if chosen is None:
         return inline
+    compiled = jax.jit(fun, compiler_options=chosen, **kwargs)
 
     @functools.wraps(fun)
     def call(*args, **kw):
